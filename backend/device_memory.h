@@ -1,0 +1,69 @@
+// Simulated HBM of one NeuronCore: host memory with a capacity, a caching free list
+// per size class, and the counters behind torch.neuron.memory_stats().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace neuron::backend {
+
+struct MemoryStat {
+  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+  void add(int64_t n);
+  void sub(int64_t n);
+};
+
+struct MemoryStats {
+  MemoryStat allocated_bytes;  // bytes in live blocks (rounded sizes)
+  MemoryStat requested_bytes;  // bytes asked for by callers
+  MemoryStat reserved_bytes;   // live + cached
+  MemoryStat allocations;      // live blocks
+  MemoryStat segments;         // blocks obtained from the host
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+  int64_t num_device_alloc = 0;
+  int64_t num_device_free = 0;
+};
+
+class DeviceMemory {
+ public:
+  DeviceMemory(int device, size_t capacity);
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  // A block of at least bytes, 64-byte aligned, or nullptr when it does not fit in the
+  // capacity even after the cache is released (the caller may sync and retry).
+  void* allocate(size_t bytes);
+  void free(void* ptr);
+  // Releases cached blocks to the host.
+  void empty_cache();
+  void note_oom();
+  void note_retry();
+  void reset_peaks();
+  void reset_accumulated();
+
+  MemoryStats stats() const;
+  size_t capacity() const { return capacity_; }
+  int device() const { return device_; }
+  // Whether ptr lies in a live block of this core.
+  static size_t block_size(const void* ptr);
+  // The core that owns a live block, or -1 for a pointer that is not one of ours.
+  static int owner(const void* ptr);
+  static size_t round_size(size_t bytes);
+
+ private:
+  void release_cached_locked();
+
+  const int device_;
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> blocks
+  size_t cached_bytes_ = 0;
+  MemoryStats stats_;
+};
+
+}  // namespace neuron::backend

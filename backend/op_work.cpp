@@ -1,0 +1,173 @@
+#include "backend/op_work.h"
+
+#include <ATen/core/List.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include "trace/op_registry.h"
+
+namespace neuron::backend {
+
+bool describe_tensor(const at::Tensor& t, trace::TensorMeta& m) {
+  if (!t.defined()) {
+    m = trace::TensorMeta{};
+    return true;
+  }
+  const int64_t ndim = t.dim();
+  if (ndim > trace::kMaxDims) return false;
+  m.defined = true;
+  m.dtype = static_cast<int8_t>(t.scalar_type());
+  m.ndim = static_cast<uint8_t>(ndim);
+  m.device = t.device().is_cpu() ? -1 : static_cast<int8_t>(t.device().index());
+  m.storage_offset = t.storage_offset();
+  m.storage = t.has_storage()
+                  ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl())
+                  : 0;
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  for (int64_t i = 0; i < ndim; ++i) {
+    m.sizes[i] = sizes[i];
+    m.strides[i] = strides[i];
+  }
+  return true;
+}
+
+at::Tensor cpu_alias(const c10::Storage& storage, const trace::TensorMeta& m) {
+  c10::Storage alias(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                     c10::DataPtr(const_cast<void*>(storage.data()), c10::Device(c10::kCPU)),
+                     /*allocator=*/nullptr, /*resizable=*/false);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU),
+      c10::scalarTypeToTypeMeta(static_cast<c10::ScalarType>(m.dtype)));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(m.sizes.data(), m.ndim),
+                                                 c10::IntArrayRef(m.strides.data(), m.ndim),
+                                                 m.storage_offset);
+  return t;
+}
+
+at::Tensor meta_tensor(const trace::TensorMeta& m) {
+  c10::IntArrayRef sizes(m.sizes.data(), m.ndim), strides(m.strides.data(), m.ndim);
+  auto options = at::TensorOptions()
+                     .dtype(static_cast<c10::ScalarType>(m.dtype))
+                     .device(c10::kMeta);
+  if (m.storage_offset == 0) return at::empty_strided(sizes, strides, options);
+  int64_t extent = 1;
+  for (int i = 0; i < m.ndim; ++i)
+    if (m.sizes[i] == 0) extent = 0;
+  if (extent != 0)
+    for (int i = 0; i < m.ndim; ++i) extent += (m.sizes[i] - 1) * m.strides[i];
+  auto base = at::empty({m.storage_offset + extent}, options);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()),
+                                                     base.key_set(), base.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, m.storage_offset);
+  return t;
+}
+
+c10::OperatorHandle OpWork::dummy_handle() {
+  static c10::OperatorHandle handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::empty", "memory_format");
+  return handle;
+}
+
+void OpWork::clear() {
+  values.clear();
+  slots.clear();
+  inputs.clear();
+  output_metas.clear();
+  output_storages.clear();
+  output_groups.clear();
+  output_is_list.clear();
+  out_variant = false;
+}
+
+namespace {
+
+at::Tensor source_tensor(const TensorSource& s, const trace::TensorMeta& m) {
+  if (s.storage) return cpu_alias(s.storage, m);
+  return s.host;  // host tensor, or undefined
+}
+
+}  // namespace
+
+void OpWork::build_stack(torch::jit::Stack& stack) const {
+  stack.reserve(slots.size() + output_metas.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ArgSlot& slot = slots[i];
+    switch (slot.kind) {
+      case SlotKind::kValue:
+        stack.push_back(values[i]);
+        break;
+      case SlotKind::kTensor: {
+        at::Tensor t = source_tensor(inputs[slot.first], record.tensors[slot.first]);
+        if (t.defined())
+          stack.emplace_back(std::move(t));
+        else
+          stack.emplace_back();
+        break;
+      }
+      case SlotKind::kTensorList: {
+        c10::List<at::Tensor> list;
+        list.reserve(slot.count);
+        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k)
+          list.push_back(source_tensor(inputs[k], record.tensors[k]));
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case SlotKind::kOptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> list;
+        list.reserve(slot.count);
+        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) {
+          at::Tensor t = source_tensor(inputs[k], record.tensors[k]);
+          list.push_back(t.defined() ? std::optional<at::Tensor>(std::move(t)) : std::nullopt);
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+  if (!out_variant) return;
+  size_t k = 0;
+  for (size_t r = 0; r < output_groups.size(); ++r) {
+    if (output_is_list[r]) {
+      std::vector<at::Tensor> list;
+      for (uint32_t j = 0; j < output_groups[r]; ++j, ++k)
+        list.push_back(cpu_alias(output_storages[k], output_metas[k]));
+      stack.emplace_back(std::move(list));
+    } else {
+      stack.emplace_back(cpu_alias(output_storages[k], output_metas[k]));
+      ++k;
+    }
+  }
+}
+
+void OpWork::run() {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  torch::jit::Stack stack;
+  build_stack(stack);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  if (out_variant || output_metas.empty()) return;
+  // Functional op without an out variant: copy its fresh results into our outputs.
+  // Returns that alias an argument (views, in-place) have a group of zero.
+  size_t k = 0;
+  for (size_t r = 0; r < output_groups.size() && r < stack.size(); ++r) {
+    if (output_groups[r] == 0) continue;
+    const c10::IValue& v = stack[r];
+    if (output_is_list[r]) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        cpu_alias(output_storages[k], output_metas[k]).copy_(t);
+        ++k;
+      }
+    } else {
+      cpu_alias(output_storages[k], output_metas[k]).copy_(v.toTensor());
+      ++k;
+    }
+  }
+}
+
+std::string OpWork::describe() const {
+  return trace::OpRegistry::instance().name(record.op);
+}
+
+}  // namespace neuron::backend

@@ -1,0 +1,64 @@
+// Per-op execution on the simulator: a recorded op whose tensors are device storages
+// plus geometry, run by the worker as an ATen CPU kernel on aliases of device memory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <vector>
+
+#include "backend/stream.h"
+#include "trace/op_record.h"
+
+namespace neuron::backend {
+
+// Geometry and identity of a tensor; false when it cannot be described (too many dims).
+bool describe_tensor(const at::Tensor& t, trace::TensorMeta& out);
+// A CPU tensor over the device storage with the given geometry; no copy, no ownership.
+at::Tensor cpu_alias(const c10::Storage& storage, const trace::TensorMeta& meta);
+// A Meta tensor with the given geometry (offset included).
+at::Tensor meta_tensor(const trace::TensorMeta& meta);
+
+// Where one tensor argument comes from when the worker runs the op.
+struct TensorSource {
+  c10::Storage storage;  // device storage; empty for host or undefined tensors
+  at::Tensor host;       // host tensor captured at dispatch
+};
+
+enum class SlotKind : uint8_t { kValue, kTensor, kTensorList, kOptionalTensorList };
+
+// One schema argument: a plain value copied from the template, or tensors taken from
+// the record's metas [first, first + count).
+struct ArgSlot {
+  SlotKind kind = SlotKind::kValue;
+  uint32_t first = 0;
+  uint32_t count = 0;
+};
+
+class OpWork final : public WorkItem {
+ public:
+  void run() override;
+  std::string describe() const override;
+  // Drops held storages and tensors but keeps capacity, for reuse.
+  void clear();
+
+  c10::OperatorHandle op;          // what runs on CPU: the op itself or its out variant
+  bool out_variant = false;        // outputs are passed as out= arguments
+  trace::OpRecord record;          // op id and input metas, as recorded at dispatch
+  std::vector<c10::IValue> values; // template per argument; tensor slots hold None
+  std::vector<ArgSlot> slots;      // per argument
+  std::vector<TensorSource> inputs;            // parallel to record.tensors
+  std::vector<trace::TensorMeta> output_metas; // fresh outputs to fill, in return order
+  std::vector<c10::Storage> output_storages;   // parallel to output_metas
+  std::vector<uint32_t> output_groups;         // per return: how many outputs (lists > 1)
+  std::vector<bool> output_is_list;            // per return
+
+  OpWork() : op(dummy_handle()) {}
+
+ private:
+  static c10::OperatorHandle dummy_handle();
+  void build_stack(torch::jit::Stack& stack) const;
+};
+
+}  // namespace neuron::backend

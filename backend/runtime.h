@@ -1,0 +1,37 @@
+// The simulated NeuronCores: the one interface the engine uses to reach device memory
+// and queues. A real Neuron runtime would sit behind these same calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/device_memory.h"
+#include "backend/stream.h"
+
+namespace neuron::backend {
+
+inline constexpr int kMaxStreamsPerCore = 32;
+
+struct RuntimeConfig {
+  int cores = 2;
+  size_t hbm_bytes = size_t{8} << 30;
+};
+
+// Sets up the cores once; later calls are ignored. Returns false if already set up.
+bool init(const RuntimeConfig& config);
+bool initialized();
+int core_count();
+size_t hbm_bytes();
+DeviceMemory& memory(int core);
+// Stream id 0 is the core's default stream; others come from new_stream.
+Stream& stream(int core, int64_t id);
+// A stream id from the core's pool (created on first use, then reused round-robin).
+int64_t new_stream(int core);
+// Waits for every stream of the core; rethrows the first worker error.
+void synchronize_core(int core);
+// Waits for every stream of the core without raising (errors stay for the next sync).
+void drain_core(int core);
+void synchronize_all();
+int64_t pending_work(int core);
+
+}  // namespace neuron::backend

@@ -1,0 +1,124 @@
+#include "backend/stream.h"
+
+#include <chrono>
+
+namespace neuron::backend {
+namespace {
+
+std::atomic<void (*)()> g_thread_init{nullptr};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+void Stream::set_thread_init(void (*init)()) { g_thread_init.store(init); }
+
+Stream::Stream(int device, int64_t id) : device_(device), id_(id) {
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+Stream::~Stream() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Stream::enqueue(std::unique_ptr<WorkItem> item) {
+  bool wake;
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(item));
+    enqueued_.fetch_add(1, std::memory_order_release);
+    wake = worker_sleeping_;
+  }
+  if (wake) work_cv_.notify_one();
+}
+
+void Stream::worker_loop() {
+  if (auto init = g_thread_init.load()) init();
+  for (;;) {
+    std::unique_ptr<WorkItem> item;
+    // Spin briefly before sleeping: back-to-back ops then cost no futex wake-up.
+    for (int spin = 0; spin < 2000 && !item; ++spin) {
+      {
+        std::lock_guard lock(mutex_);
+        if (!queue_.empty()) {
+          item = std::move(queue_.front());
+          queue_.pop_front();
+          break;
+        }
+        if (stop_) return;
+      }
+      cpu_relax();
+    }
+    if (!item) {
+      std::unique_lock lock(mutex_);
+      worker_sleeping_ = true;
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      worker_sleeping_ = false;
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      item->run();
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mutex_);
+      if (error_.empty()) error_ = item->describe() + " failed on neuron:" +
+                                   std::to_string(device_) + ": " + e.what();
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (error_.empty()) error_ = item->describe() + " failed with an unknown exception";
+    }
+    item.reset();  // releases the item's buffers before the work counts as done
+    completed_.fetch_add(1, std::memory_order_acq_rel);
+    std::lock_guard lock(mutex_);
+    if (waiters_ > 0) done_cv_.notify_all();
+  }
+}
+
+bool Stream::idle() const {
+  return completed_.load(std::memory_order_acquire) == enqueued_.load(std::memory_order_acquire);
+}
+
+int64_t Stream::pending() const {
+  return static_cast<int64_t>(enqueued_.load(std::memory_order_acquire) -
+                              completed_.load(std::memory_order_acquire));
+}
+
+void Stream::synchronize() {
+  wait_until(enqueued_.load(std::memory_order_acquire));
+  raise_pending_error();
+}
+
+void Stream::drain() { wait_until(enqueued_.load(std::memory_order_acquire)); }
+
+void Stream::wait_until(uint64_t target) {
+  for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
+    cpu_relax();
+  if (completed_.load(std::memory_order_acquire) < target) {
+    std::unique_lock lock(mutex_);
+    ++waiters_;
+    done_cv_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) >= target; });
+    --waiters_;
+  }
+}
+
+void Stream::raise_pending_error() {
+  std::string message;
+  {
+    std::lock_guard lock(mutex_);
+    if (error_.empty()) return;
+    message.swap(error_);
+  }
+  throw WorkerError(message);
+}
+
+}  // namespace neuron::backend

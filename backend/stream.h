@@ -1,0 +1,78 @@
+// A NeuronCore queue: work items run in FIFO order on one worker thread per stream,
+// like a CUDA stream. Errors raised by an item are kept and surface at the next sync.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace neuron::backend {
+
+// One unit of queued work: a per-op execution, a copy, an event marker, later a fused
+// segment. run() executes on the worker; describe() names it in errors and traces.
+class WorkItem {
+ public:
+  virtual ~WorkItem() = default;
+  virtual void run() = 0;
+  virtual std::string describe() const = 0;
+};
+
+// The error a sync raises when queued work failed.
+class WorkerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Stream {
+ public:
+  Stream(int device, int64_t id);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  void enqueue(std::unique_ptr<WorkItem> item);
+  // Waits until everything queued so far ran; throws WorkerError for a failed item.
+  void synchronize();
+  // Waits like synchronize() but keeps any error for the next sync.
+  void drain();
+  // True when nothing is queued or running.
+  bool idle() const;
+  // Items queued and not yet finished.
+  int64_t pending() const;
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  // Throws the kept error, if any, and clears it.
+  void raise_pending_error();
+
+  int device() const { return device_; }
+  int64_t id() const { return id_; }
+
+  // Called once on each new worker thread before it runs items (the engine sets up
+  // per-thread state there, such as the intra-op thread count).
+  static void set_thread_init(void (*init)());
+
+ private:
+  void worker_loop();
+  void wait_until(uint64_t target);
+
+  const int device_;
+  const int64_t id_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::unique_ptr<WorkItem>> queue_;
+  bool worker_sleeping_ = false;
+  int waiters_ = 0;
+  bool stop_ = false;
+  std::atomic<uint64_t> enqueued_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::string error_;  // first failure since the last sync
+  std::thread worker_;
+};
+
+}  // namespace neuron::backend

@@ -1,0 +1,111 @@
+#include "engine/config.h"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "trace/log.h"
+
+namespace neuron::engine {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+std::string bad(const char* name, const std::string& value, const std::string& allowed) {
+  return std::string(name) + "='" + value + "' is not valid: expected " + allowed;
+}
+
+bool parse_int(const std::string& text, long long& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoll(text.c_str(), &end, 10);
+  return errno == 0 && end != nullptr && *end == '\0' && std::isdigit(text[0]);
+}
+
+}  // namespace
+
+const char* mode_name(Mode mode) { return mode == Mode::kAdaptive ? "adaptive" : "eager"; }
+
+bool parse_mode(const std::string& text, Mode& out) {
+  if (text == "eager") {
+    out = Mode::kEager;
+    return true;
+  }
+  if (text == "adaptive") {
+    out = Mode::kAdaptive;
+    return true;
+  }
+  return false;
+}
+
+bool parse_bytes(const std::string& text, size_t& out) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 15) return false;
+  unsigned long long value = std::strtoull(text.substr(0, i).c_str(), nullptr, 10);
+  std::string suffix = text.substr(i);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  unsigned shift = 0;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  else if (suffix == "K" || suffix == "KB" || suffix == "KIB") shift = 10;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MIB") shift = 20;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GIB") shift = 30;
+  else if (suffix == "T" || suffix == "TB" || suffix == "TIB") shift = 40;
+  else return false;
+  out = static_cast<size_t>(value) << shift;
+  return true;
+}
+
+std::optional<Config> config_from_env(std::string& error) {
+  Config c;
+  if (auto v = env("NEURON_EAGER_MODE")) {
+    if (!parse_mode(*v, c.mode)) {
+      error = bad("NEURON_EAGER_MODE", *v, "one of: eager, adaptive");
+      return std::nullopt;
+    }
+  }
+  if (auto v = env("NEURON_LAUNCH_BLOCKING")) {
+    if (*v != "0" && *v != "1") {
+      error = bad("NEURON_LAUNCH_BLOCKING", *v, "0 or 1");
+      return std::nullopt;
+    }
+    c.launch_blocking = *v == "1";
+  }
+  if (auto v = env("NEURON_CORES")) {
+    long long n = 0;
+    if (!parse_int(*v, n) || n < 1 || n > 64) {
+      error = bad("NEURON_CORES", *v, "an integer from 1 to 64");
+      return std::nullopt;
+    }
+    c.cores = static_cast<int>(n);
+  }
+  if (auto v = env("NEURON_HBM_BYTES")) {
+    size_t n = 0;
+    if (!parse_bytes(*v, n) || n < (size_t{1} << 20) || n > (size_t{1} << 40)) {
+      error = bad("NEURON_HBM_BYTES", *v,
+                  "a byte count from 1MiB to 1TiB, as digits with an optional K, M, G or T "
+                  "suffix (binary units), e.g. 4G");
+      return std::nullopt;
+    }
+    c.hbm_bytes = n;
+  }
+  if (auto v = env("NEURON_LOG_LEVEL")) {
+    trace::LogLevel level;
+    if (!trace::parse_log_level(*v, level)) {
+      error = bad("NEURON_LOG_LEVEL", *v,
+                  "one of: trace, debug, info, warn, error, critical, off");
+      return std::nullopt;
+    }
+    c.log_level = *v;
+  }
+  if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
+  if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
+  if (auto v = env("NEURON_CACHE_DIR")) c.cache_dir = *v;
+  return c;
+}
+
+}  // namespace neuron::engine

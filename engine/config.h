@@ -1,0 +1,34 @@
+// Environment configuration, parsed once at import. Torch-free: every bad value becomes
+// one message naming the variable, the value, and what is allowed.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace neuron::engine {
+
+enum class Mode { kEager, kAdaptive };
+
+struct Config {
+  Mode mode = Mode::kEager;
+  bool launch_blocking = false;
+  int cores = 2;
+  size_t hbm_bytes = size_t{8} << 30;  // 8 GiB per core
+  std::string log_level = "warn";
+  std::string trace_path;
+  std::string policy_path;
+  std::string cache_dir;
+};
+
+// Reads NEURON_* from the environment. On a bad value returns std::nullopt and sets error.
+std::optional<Config> config_from_env(std::string& error);
+
+const char* mode_name(Mode mode);
+// Parses "eager"/"adaptive"; false for anything else.
+bool parse_mode(const std::string& text, Mode& out);
+// Parses a byte count: digits with an optional K/M/G/T suffix (KiB, MiB... or KB... all
+// binary). False for anything else.
+bool parse_bytes(const std::string& text, size_t& out);
+
+}  // namespace neuron::engine

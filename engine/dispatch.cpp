@@ -1,0 +1,382 @@
+// The boxed fallback: every op without a native neuron kernel lands here. It records the
+// op, infers output geometry (shape cache, else the Meta kernel), allocates outputs on
+// the device, queues the work on the current stream and returns at once.
+#include <ATen/core/op_registration/adaption.h>
+
+#include <memory>
+
+#include "backend/op_work.h"
+#include "backend/runtime.h"
+#include "engine/counters.h"
+#include "engine/dispatch.h"
+#include "engine/engine.h"
+#include "engine/op_table.h"
+#include "engine/pch.h"
+#include "engine/tensor_factory.h"
+#include "trace/shape_cache.h"
+
+namespace neuron::engine {
+namespace {
+
+using backend::ArgSlot;
+using backend::OpWork;
+using backend::SlotKind;
+using trace::TensorMeta;
+
+trace::ShapeCache& shape_cache() {
+  static auto* cache = new trace::ShapeCache();
+  return *cache;
+}
+
+bool is_neuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// Why an op could not be queued; it then runs synchronously.
+struct Unsupported {
+  const char* reason;
+};
+
+class Recorder {
+ public:
+  Recorder(const OpInfo& info, OpWork& work) : info_(info), work_(work) {}
+
+  // Fills work.record/values/slots/inputs from the arguments. Returns false when an
+  // argument cannot be queued (the caller then runs the op synchronously).
+  bool record(c10::ArrayRef<c10::IValue> args) {
+    work_.record.reset(info_.id);
+    for (size_t i = 0; i < args.size(); ++i)
+      if (!add(args[i], info_.arg_is_opt_list[i])) return false;
+    return true;
+  }
+
+  c10::DeviceIndex device() const { return device_; }
+
+ private:
+  bool add_tensor(const at::Tensor& t) {
+    TensorMeta meta;
+    if (!backend::describe_tensor(t, meta)) return false;
+    backend::TensorSource source;
+    if (is_neuron(t)) {
+      if (device_ < 0) device_ = t.device().index();
+      TORCH_CHECK(device_ == t.device().index(), "Expected all tensors to be on the same device, "
+                  "but found neuron:", int(device_), " and neuron:", int(t.device().index()),
+                  " in ", info_.name);
+      source.storage = t.storage();
+    } else if (t.defined()) {
+      // Host tensors are snapshotted: the user may write them before the worker runs.
+      source.host = t.dim() == 0 ? t.clone() : t.clone(at::MemoryFormat::Preserve);
+    }
+    if (t.defined())
+      work_.record.add_tensor(meta);
+    else
+      work_.record.add_undefined_tensor();
+    work_.inputs.push_back(std::move(source));
+    return true;
+  }
+
+  bool add(const c10::IValue& v, bool optional_list) {
+    auto& r = work_.record;
+    ArgSlot slot;
+    c10::IValue value;  // None for tensor slots
+    if (v.isTensor()) {
+      slot = {SlotKind::kTensor, static_cast<uint32_t>(r.tensors.size()), 1};
+      if (!add_tensor(v.toTensor())) return false;
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      slot = {SlotKind::kTensorList, static_cast<uint32_t>(r.tensors.size()),
+              static_cast<uint32_t>(list.size())};
+      r.begin_list(list.size());
+      for (const at::Tensor& t : list)
+        if (!add_tensor(t)) return false;
+      r.end_list();
+    } else if (optional_list && v.isList()) {
+      auto list = v.toList();
+      slot = {SlotKind::kOptionalTensorList, static_cast<uint32_t>(r.tensors.size()),
+              static_cast<uint32_t>(list.size())};
+      r.begin_list(list.size());
+      for (const c10::IValue& e : list) {
+        if (e.isTensor()) {
+          if (!add_tensor(e.toTensor())) return false;
+        } else {
+          if (!add_tensor(at::Tensor())) return false;
+        }
+      }
+      r.end_list();
+    } else {
+      value = v;
+      if (v.isNone()) {
+        r.add_none();
+      } else if (v.isInt()) {
+        r.add_int(v.toInt());
+      } else if (v.isDouble()) {
+        r.add_double(v.toDouble());
+      } else if (v.isBool()) {
+        r.add_bool(v.toBool());
+      } else if (v.isComplexDouble()) {
+        auto c = v.toComplexDouble();
+        r.add_complex(c.real(), c.imag());
+      } else if (v.isIntList()) {
+        auto list = v.toIntVector();
+        r.add_int_list(list.data(), list.size());
+      } else if (v.isDoubleList()) {
+        auto list = v.toDoubleVector();
+        r.add_double_list(list.data(), list.size());
+      } else if (v.isBoolList()) {
+        auto list = v.toBoolList();
+        std::vector<bool> values(list.begin(), list.end());
+        std::unique_ptr<bool[]> flat(new bool[values.size()]);
+        for (size_t k = 0; k < values.size(); ++k) flat[k] = values[k];
+        r.add_bool_list(flat.get(), values.size());
+      } else if (v.isString()) {
+        r.add_string(v.toStringRef());
+      } else if (v.isDevice()) {
+        auto d = v.toDevice();
+        r.add_device(static_cast<int64_t>(d.type()), d.index());
+        if (d.type() == c10::DeviceType::PrivateUse1) {
+          if (device_ < 0) device_ = d.has_index() ? d.index() : current_device();
+          value = c10::IValue(c10::Device(c10::kCPU));
+        }
+      } else if (v.isGenerator()) {
+        // The CPU generator behind the neuron generator draws the numbers on the worker.
+        r.add_scalar_type(-2);
+        pending_generator_ = static_cast<int>(work_.values.size());
+      } else if (v.isSymInt() || v.isSymFloat() || v.isSymBool()) {
+        return false;
+      } else {
+        return false;
+      }
+    }
+    work_.values.push_back(std::move(value));
+    work_.slots.push_back(slot);
+    return true;
+  }
+
+ public:
+  int pending_generator_ = -1;
+
+ private:
+  const OpInfo& info_;
+  OpWork& work_;
+  c10::DeviceIndex device_ = -1;
+};
+
+// Runs the op on Meta tensors shaped like the recorded inputs. Output geometry goes to
+// outs: first each written argument (after the op), then each return.
+void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const OpWork& work,
+                     c10::ArrayRef<c10::IValue> args, std::vector<TensorMeta>& outs) {
+  bump(g_counters.meta_runs);
+  torch::jit::Stack stack;
+  stack.reserve(args.size());
+  auto meta_of = [&](uint32_t k) -> at::Tensor {
+    const TensorMeta& m = work.record.tensors[k];
+    if (!m.defined) return at::Tensor();
+    const auto& host = work.inputs[k].host;
+    if (host.defined() && host.dim() == 0) return host;  // CPU scalars mix with any device
+    return backend::meta_tensor(m);
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgSlot& slot = work.slots[i];
+    switch (slot.kind) {
+      case SlotKind::kValue: {
+        const c10::IValue& v = args[i];
+        if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1)
+          stack.emplace_back(c10::Device(c10::kMeta));
+        else if (v.isGenerator())
+          stack.emplace_back();
+        else
+          stack.push_back(v);
+        break;
+      }
+      case SlotKind::kTensor: {
+        at::Tensor t = meta_of(slot.first);
+        if (t.defined())
+          stack.emplace_back(std::move(t));
+        else
+          stack.emplace_back();
+        break;
+      }
+      case SlotKind::kTensorList: {
+        c10::List<at::Tensor> list;
+        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) list.push_back(meta_of(k));
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case SlotKind::kOptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> list;
+        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) {
+          at::Tensor t = meta_of(k);
+          list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+  // Written arguments keep their identity through the call: remember them.
+  std::vector<c10::IValue> written;
+  for (int w : info.write_args) written.push_back(stack[static_cast<size_t>(w)]);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  outs.clear();
+  auto push = [&](const at::Tensor& t) {
+    TensorMeta m;
+    TORCH_CHECK(backend::describe_tensor(t, m), "neuron: too many dimensions");
+    outs.push_back(m);
+  };
+  for (const c10::IValue& w : written) {
+    if (w.isTensor()) {
+      push(w.toTensor());
+    } else if (w.isTensorList()) {
+      for (const at::Tensor& t : w.toTensorList()) push(t);
+    }
+  }
+  for (size_t r = 0; r < info.returns.size(); ++r) {
+    const ReturnInfo& ri = info.returns[r];
+    if (ri.kind == ReturnInfo::kInplace) continue;
+    const c10::IValue& v = stack[r];
+    if (ri.is_list) {
+      auto list = v.toTensorList();
+      TensorMeta count;
+      count.storage_offset = static_cast<int64_t>(list.size());
+      outs.push_back(count);
+      for (const at::Tensor& t : list) push(t);
+    } else {
+      push(v.toTensor());
+    }
+  }
+}
+
+std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) {
+  auto work = std::make_unique<OpWork>();
+  work->op = op;
+  return work;
+}
+
+}  // namespace
+
+void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = op_info(op);
+  bump(g_counters.ops_dispatched);
+  if (info.synchronous) return run_synchronously(op, info, stack);
+
+  const size_t num_args = op.schema().arguments().size();
+  auto args = torch::jit::last(*stack, num_args);
+  auto work = acquire_work(op);
+  Recorder recorder(info, *work);
+  if (!recorder.record(args)) return run_synchronously(op, info, stack);
+  c10::DeviceIndex device = recorder.device();
+  if (device < 0) device = current_device();
+  if (recorder.pending_generator_ >= 0) {
+    auto& slot = work->values[static_cast<size_t>(recorder.pending_generator_)];
+    const c10::IValue& original = args[static_cast<size_t>(recorder.pending_generator_)];
+    at::Generator gen = original.isGenerator() ? original.toGenerator() : at::Generator();
+    if (!gen.defined() || gen.device().type() == c10::DeviceType::PrivateUse1)
+      slot = c10::IValue(host_generator_of(gen.defined() ? gen : default_generator(device)));
+    else
+      slot = original;
+  }
+  // A None generator argument also means "the device's default generator".
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto& type = op.schema().arguments()[i].type();
+    if (args[i].isNone() && type->kind() == c10::TypeKind::OptionalType &&
+        type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+            c10::TypeKind::GeneratorType)
+      work->values[i] = c10::IValue(host_generator_of(default_generator(device)));
+  }
+
+  // Output geometry: shape cache, else the Meta kernel.
+  thread_local std::vector<TensorMeta> outs;
+  const uint64_t key = work->record.hash();
+  bool hit = work->record.hashable && shape_cache().lookup(work->record, key, outs);
+  if (hit) {
+    bump(g_counters.shape_cache_hits);
+  } else {
+    bump(g_counters.shape_cache_misses);
+    try {
+      infer_with_meta(op, info, *work, args, outs);
+    } catch (const c10::NotImplementedError&) {
+      mark_synchronous(info, "no Meta kernel to infer output shapes");
+      return run_synchronously(op, info, stack);
+    } catch (const std::exception&) {
+      // Data-dependent meta kernels and argument errors: running on CPU now either
+      // succeeds or raises the error CPU eager would raise.
+      return run_synchronously(op, info, stack);
+    }
+    if (work->record.hashable) shape_cache().insert(work->record, key, outs);
+  }
+
+  // Written arguments take their new geometry (out= resizes).
+  size_t next = 0;
+  for (int w : info.write_args) {
+    const c10::IValue& v = args[static_cast<size_t>(w)];
+    const ArgSlot& slot = work->slots[static_cast<size_t>(w)];
+    auto apply = [&](const at::Tensor& t, uint32_t k) {
+      const TensorMeta& m = outs[next++];
+      if (!m.same_geometry(work->record.tensors[k])) {
+        set_geometry(t, m);
+        TensorMeta updated = m;
+        updated.device = work->record.tensors[k].device;
+        updated.storage = work->record.tensors[k].storage;
+        work->record.tensors[k] = updated;
+      }
+    };
+    if (v.isTensor()) {
+      apply(v.toTensor(), slot.first);
+    } else if (v.isTensorList()) {
+      uint32_t k = slot.first;
+      for (const at::Tensor& t : v.toTensorList()) apply(t, k++);
+    }
+  }
+
+  // Returns: fresh outputs on the device, views over their base, in-place args as is.
+  torch::jit::Stack results;
+  results.reserve(info.returns.size());
+  for (const ReturnInfo& ri : info.returns) {
+    if (ri.kind == ReturnInfo::kInplace) {
+      results.push_back(args[static_cast<size_t>(ri.alias_arg)]);
+      work->output_groups.push_back(0);
+      work->output_is_list.push_back(ri.is_list);
+      continue;
+    }
+    auto make = [&](const TensorMeta& m, size_t list_index) -> at::Tensor {
+      if (ri.kind == ReturnInfo::kView) {
+        bump(g_counters.views);
+        const c10::IValue& base = args[static_cast<size_t>(ri.alias_arg)];
+        const at::Tensor& b = base.isTensor() ? base.toTensor()
+                                              : base.toTensorList().get(list_index);
+        return view_of(b, m);
+      }
+      at::Tensor t = empty_like_meta(m, device);
+      work->output_metas.push_back(m);
+      work->output_storages.push_back(t.storage());
+      return t;
+    };
+    if (ri.is_list) {
+      const size_t count = static_cast<size_t>(outs[next++].storage_offset);
+      std::vector<at::Tensor> list;
+      for (size_t j = 0; j < count; ++j) list.push_back(make(outs[next++], j));
+      work->output_groups.push_back(ri.kind == ReturnInfo::kNew ? count : 0);
+      work->output_is_list.push_back(true);
+      results.emplace_back(std::move(list));
+    } else {
+      results.emplace_back(make(outs[next++], 0));
+      work->output_groups.push_back(ri.kind == ReturnInfo::kNew ? 1 : 0);
+      work->output_is_list.push_back(false);
+    }
+  }
+
+  if (info.needs_work) {
+    if (info.out_variant) {
+      work->op = *info.out_variant;
+      work->out_variant = true;
+    }
+    backend::Stream& stream = current_stream(device);
+    stream.enqueue(std::move(work));
+    bump(g_counters.ops_queued);
+    if (launch_blocking()) synchronize_stream(stream);
+  }
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
+}  // namespace neuron::engine

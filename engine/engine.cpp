@@ -1,0 +1,119 @@
+#include "engine/engine.h"
+
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+
+#include "backend/runtime.h"
+#include "engine/counters.h"
+#include "engine/pch.h"
+#include "trace/log.h"
+
+namespace neuron::engine {
+
+void register_device_hooks();  // device.cpp
+
+namespace {
+
+std::once_flag g_init_once;
+Config g_config;
+std::atomic<bool> g_initialized{false};
+std::atomic<Mode> g_mode{Mode::kEager};
+std::atomic<bool> g_launch_blocking{false};
+
+// Workers run CPU kernels with the intra-op thread count of the process, so reductions
+// split work exactly as CPU eager does (same partial sums, same bits).
+void init_worker_thread() { at::init_num_threads(); }
+
+}  // namespace
+
+CounterBlock g_counters;
+
+const Config& init_from_env() {
+  std::string error;
+  std::call_once(g_init_once, [&] {
+    auto parsed = config_from_env(error);
+    if (!parsed) return;
+    g_config = *parsed;
+    trace::LogLevel level;
+    if (trace::parse_log_level(g_config.log_level, level)) trace::set_log_level(level);
+    g_mode = g_config.mode;
+    g_launch_blocking = g_config.launch_blocking;
+    backend::Stream::set_thread_init(&init_worker_thread);
+    backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
+    register_device_hooks();
+    g_initialized = true;
+    if (g_config.mode == Mode::kAdaptive)
+      trace::log(trace::LogLevel::kDebug,
+                 "NEURON_EAGER_MODE=adaptive: fused segments are not built yet; ops run per op "
+                 "as in eager mode");
+  });
+  if (!g_initialized) {
+    if (error.empty()) {
+      // A previous call failed; parse again for the message.
+      config_from_env(error);
+    }
+    throw std::invalid_argument(error.empty() ? "neuron: engine failed to initialise" : error);
+  }
+  return g_config;
+}
+
+bool initialized() { return g_initialized.load(); }
+const Config& config() { return g_config; }
+
+Mode mode() { return g_mode.load(); }
+void set_mode(Mode m) {
+  g_mode = m;
+  if (m == Mode::kAdaptive)
+    trace::log(trace::LogLevel::kDebug,
+               "adaptive mode selected: fused segments are not built yet; ops run per op");
+}
+bool launch_blocking() { return g_launch_blocking.load(std::memory_order_relaxed); }
+void set_launch_blocking(bool on) { g_launch_blocking = on; }
+
+int device_count() {
+  if (!g_initialized) init_from_env();
+  return g_config.cores;
+}
+
+void synchronize_stream(backend::Stream& stream) {
+  g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
+  try {
+    stream.synchronize();
+  } catch (const backend::WorkerError& e) {
+    TORCH_CHECK(false, "neuron: an asynchronously executed op failed: ", e.what());
+  }
+}
+
+void synchronize(c10::DeviceIndex index) {
+  g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
+  try {
+    backend::synchronize_core(index);
+  } catch (const backend::WorkerError& e) {
+    TORCH_CHECK(false, "neuron: an asynchronously executed op failed: ", e.what());
+  }
+}
+
+void synchronize_all() {
+  if (!g_initialized) return;
+  for (int i = 0; i < device_count(); ++i) synchronize(static_cast<c10::DeviceIndex>(i));
+}
+
+Counters counters() {
+  Counters c;
+  c.ops_dispatched = g_counters.ops_dispatched.load();
+  c.ops_queued = g_counters.ops_queued.load();
+  c.ops_synchronous = g_counters.ops_synchronous.load();
+  c.meta_runs = g_counters.meta_runs.load();
+  c.shape_cache_hits = g_counters.shape_cache_hits.load();
+  c.shape_cache_misses = g_counters.shape_cache_misses.load();
+  c.views = g_counters.views.load();
+  c.syncs = g_counters.syncs.load();
+  return c;
+}
+
+void reset_counters() { g_counters.reset(); }
+
+}  // namespace neuron::engine

@@ -1,0 +1,58 @@
+// The engine as the Python bindings and the rest of the engine see it.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/stream.h"
+#include "engine/config.h"
+
+namespace neuron::engine {
+
+// Parses the environment and sets up the cores. Throws std::invalid_argument with one
+// clear message for a bad NEURON_* value. Later calls return the first config.
+const Config& init_from_env();
+bool initialized();
+const Config& config();
+
+Mode mode();
+void set_mode(Mode mode);
+bool launch_blocking();
+void set_launch_blocking(bool on);
+
+int device_count();
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+int64_t current_stream_id(c10::DeviceIndex index);
+void set_current_stream_id(c10::DeviceIndex index, int64_t id);
+backend::Stream& current_stream(c10::DeviceIndex index);
+
+// Waits for all work on a core (or all cores); a worker failure becomes a c10::Error
+// naming the op.
+void synchronize(c10::DeviceIndex index);
+void synchronize_all();
+void synchronize_stream(backend::Stream& stream);
+
+const at::Generator& default_generator(c10::DeviceIndex index);
+at::Generator new_generator(c10::DeviceIndex index);
+// The CPU generator that actually draws the numbers for a neuron generator.
+at::Generator host_generator_of(const at::Generator& gen);
+
+// Counters for tests and the trace viewer.
+struct Counters {
+  uint64_t ops_dispatched = 0;
+  uint64_t ops_queued = 0;
+  uint64_t ops_synchronous = 0;  // ran at once (data-dependent shapes, no meta kernel, ...)
+  uint64_t meta_runs = 0;
+  uint64_t shape_cache_hits = 0;
+  uint64_t shape_cache_misses = 0;
+  uint64_t views = 0;
+  uint64_t syncs = 0;
+};
+Counters counters();
+void reset_counters();
+
+}  // namespace neuron::engine

@@ -1,0 +1,164 @@
+#include "engine/op_table.h"
+
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "trace/op_registry.h"
+
+namespace neuron::engine {
+namespace {
+
+// Output shape depends on the data: these run at once after a sync.
+const std::unordered_set<std::string>& data_dependent_ops() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::nonzero",        "aten::_unique",           "aten::_unique2",
+      "aten::unique_dim",     "aten::unique_consecutive", "aten::unique_dim_consecutive",
+      "aten::masked_select",  "aten::bincount",          "aten::repeat_interleave",
+      "aten::nonzero_numpy",  "aten::histogram",         "aten::_histogramdd_bin_edges",
+      "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors",
+      "aten::histogramdd",    "aten::segment_reduce",    "aten::_segment_reduce_backward",
+  };
+  return ops;
+}
+
+bool is_tensor_type(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
+
+bool is_tensor_list_type(const c10::TypePtr& t) {
+  auto list = t->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+bool is_optional_tensor_list_type(const c10::TypePtr& t) {
+  auto list = t->cast<c10::ListType>();
+  if (!list) return false;
+  auto opt = list->getElementType()->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+int find_alias_arg(const c10::FunctionSchema& s, const c10::AliasInfo& ret) {
+  const auto& args = s.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::AliasInfo* a = args[i].alias_info();
+    if (a != nullptr && a->beforeSets() == ret.beforeSets()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const std::unordered_map<std::string, std::vector<std::string>>& overloads() {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, std::vector<std::string>>();
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames())
+      (*t)[name.name].push_back(name.overload_name);
+    return t;
+  }();
+  return *table;
+}
+
+std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s,
+                                                    const OpInfo& info) {
+  if (s.returns().empty() || !info.write_args.empty()) return std::nullopt;
+  for (const auto& r : info.returns)
+    if (r.kind != ReturnInfo::kNew) return std::nullopt;
+  auto it = overloads().find(s.name());
+  if (it == overloads().end()) return std::nullopt;
+  const auto& args = s.arguments();
+  for (const auto& overload : it->second) {
+    if (overload == s.overload_name()) continue;
+    auto handle = c10::Dispatcher::singleton().findSchema({s.name(), overload});
+    if (!handle) continue;
+    const auto& o = handle->schema();
+    if (o.arguments().size() != args.size() + s.returns().size()) continue;
+    bool ok = o.returns().size() == s.returns().size();
+    for (size_t i = 0; ok && i < args.size(); ++i)
+      ok = o.arguments()[i].name() == args[i].name() && *o.arguments()[i].type() == *args[i].type();
+    for (size_t j = 0; ok && j < s.returns().size(); ++j) {
+      const auto& out = o.arguments()[args.size() + j];
+      ok = out.is_out() && *out.type() == *s.returns()[j].type();
+    }
+    if (ok && (handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+               handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)))
+      return handle;
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
+  const auto& s = op.schema();
+  auto info = std::make_unique<OpInfo>();
+  info->name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
+  info->id = trace::OpRegistry::instance().intern(info->name);
+  const auto& args = s.arguments();
+  info->arg_is_out.resize(args.size());
+  info->arg_is_opt_list.resize(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() && args[i].alias_info()->isWrite())
+      info->write_args.push_back(static_cast<int>(i));
+    info->arg_is_out[i] = args[i].is_out();
+    info->arg_is_opt_list[i] = is_optional_tensor_list_type(args[i].type());
+  }
+  bool all_views = !s.returns().empty();
+  for (const auto& r : s.returns()) {
+    ReturnInfo ri;
+    ri.is_list = is_tensor_list_type(r.type());
+    if (!is_tensor_type(r.type()) && !ri.is_list) {
+      ri.kind = ReturnInfo::kNonTensor;
+    } else if (const c10::AliasInfo* a = r.alias_info()) {
+      ri.alias_arg = find_alias_arg(s, *a);
+      ri.kind = a->isWrite() ? ReturnInfo::kInplace : ReturnInfo::kView;
+      if (ri.alias_arg < 0) ri.kind = ReturnInfo::kNonTensor;
+    }
+    if (ri.kind != ReturnInfo::kView) all_views = false;
+    info->returns.push_back(ri);
+  }
+  info->needs_work = !(all_views && info->write_args.empty());
+  for (const auto& r : info->returns) {
+    if (r.kind == ReturnInfo::kNonTensor) {
+      info->synchronous = true;
+      info->synchronous_reason = "returns a host value";
+    }
+  }
+  if (data_dependent_ops().count(s.name())) {
+    info->synchronous = true;
+    info->synchronous_reason = "output shape depends on the data";
+  }
+  info->out_variant = find_out_variant(s, *info);
+  return info;
+}
+
+struct Table {
+  std::shared_mutex mutex;
+  std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> infos;
+};
+
+Table& table() {
+  static auto* t = new Table();
+  return *t;
+}
+
+}  // namespace
+
+OpInfo& op_info(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* key = &op.schema();
+  Table& t = table();
+  {
+    std::shared_lock lock(t.mutex);
+    auto it = t.infos.find(key);
+    if (it != t.infos.end()) return *it->second;
+  }
+  auto built = build(op);
+  std::unique_lock lock(t.mutex);
+  auto& slot = t.infos[key];
+  if (!slot) slot = std::move(built);
+  return *slot;
+}
+
+void mark_synchronous(OpInfo& info, std::string reason) {
+  std::unique_lock lock(table().mutex);
+  info.synchronous = true;
+  info.synchronous_reason = std::move(reason);
+}
+
+}  // namespace neuron::engine

@@ -1,0 +1,39 @@
+// What the engine knows about each op schema, computed once: interned id, how each
+// return relates to the arguments, which arguments are written, and the out= variant
+// the worker can call to write straight into device memory.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/pch.h"
+#include "trace/op_record.h"
+
+namespace neuron::engine {
+
+struct ReturnInfo {
+  enum Kind : uint8_t { kNew, kView, kInplace, kNonTensor } kind = kNew;
+  bool is_list = false;
+  int alias_arg = -1;  // the argument a view or in-place return aliases
+};
+
+struct OpInfo {
+  trace::OpId id = 0;
+  std::string name;
+  std::vector<ReturnInfo> returns;
+  std::vector<int> write_args;          // arguments annotated as written (Tensor(a!))
+  std::vector<bool> arg_is_out;         // per argument: a kwarg-only out= tensor
+  std::vector<bool> arg_is_opt_list;    // per argument: Tensor?[]
+  bool needs_work = true;               // false for pure views: nothing to execute
+  std::optional<c10::OperatorHandle> out_variant;
+  // Ops that must run at once on the caller's thread, with the reason.
+  bool synchronous = false;
+  std::string synchronous_reason;
+};
+
+OpInfo& op_info(const c10::OperatorHandle& op);
+// Marks an op synchronous from now on (no meta kernel, for instance).
+void mark_synchronous(OpInfo& info, std::string reason);
+
+}  // namespace neuron::engine

@@ -1,0 +1,127 @@
+// The only pybind11 file: the neuron_eager._C extension.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <stdexcept>
+
+#include "backend/runtime.h"
+#include "engine/engine.h"
+
+namespace py = pybind11;
+using namespace neuron;
+
+namespace {
+
+c10::DeviceIndex index_or_current(int index) {
+  return index < 0 ? engine::current_device() : static_cast<c10::DeviceIndex>(index);
+}
+
+void check_device(int index) {
+  if (index < 0 || index >= engine::device_count())
+    throw py::index_error("neuron: invalid device index " + std::to_string(index) + "; there are " +
+                          std::to_string(engine::device_count()) + " NeuronCores (NEURON_CORES)");
+}
+
+py::dict memory_stats(int index) {
+  check_device(index);
+  auto s = backend::memory(index).stats();
+  py::dict d;
+  auto put = [&](const std::string& name, const backend::MemoryStat& st) {
+    d[(name + ".all.current").c_str()] = st.current;
+    d[(name + ".all.peak").c_str()] = st.peak;
+    d[(name + ".all.allocated").c_str()] = st.allocated;
+    d[(name + ".all.freed").c_str()] = st.freed;
+  };
+  put("allocated_bytes", s.allocated_bytes);
+  put("active_bytes", s.allocated_bytes);
+  put("requested_bytes", s.requested_bytes);
+  put("reserved_bytes", s.reserved_bytes);
+  put("allocation", s.allocations);
+  put("segment", s.segments);
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["hbm_capacity_bytes"] = backend::memory(index).capacity();
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "neuron-eager engine bindings";
+  m.def("_init", [] {
+    try {
+      engine::init_from_env();
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("get_mode", [] { return std::string(engine::mode_name(engine::mode())); });
+  m.def("set_mode", [](const std::string& name) {
+    engine::Mode mode;
+    if (!engine::parse_mode(name, mode))
+      throw py::value_error("neuron: mode '" + name + "' is not valid: expected one of: eager, adaptive");
+    engine::set_mode(mode);
+  });
+  m.def("launch_blocking", [] { return engine::launch_blocking(); });
+  m.def("set_launch_blocking", [](bool on) { engine::set_launch_blocking(on); });
+  m.def("device_count", [] { return engine::device_count(); });
+  m.def("current_device", [] { return static_cast<int>(engine::current_device()); });
+  m.def("set_device", [](int index) {
+    check_device(index);
+    engine::set_current_device(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("current_stream_id", [](int index) {
+    return engine::current_stream_id(index_or_current(index));
+  });
+  m.def("set_stream", [](int index, int64_t id) {
+    engine::set_current_stream_id(index_or_current(index), id);
+  });
+  m.def("synchronize", [](int index) {
+    py::gil_scoped_release no_gil;
+    if (index < 0)
+      engine::synchronize_all();
+    else
+      engine::synchronize(static_cast<c10::DeviceIndex>(index));
+  }, py::arg("device") = -1);
+  m.def("pending_work", [](int index) {
+    return backend::pending_work(index_or_current(index));
+  }, py::arg("device") = -1);
+  m.def("memory_stats", &memory_stats);
+  m.def("reset_peak_memory_stats", [](int index) {
+    check_device(index);
+    backend::memory(index).reset_peaks();
+  });
+  m.def("reset_accumulated_memory_stats", [](int index) {
+    check_device(index);
+    backend::memory(index).reset_accumulated();
+  });
+  m.def("empty_cache", [] {
+    py::gil_scoped_release no_gil;
+    for (int i = 0; i < engine::device_count(); ++i) {
+      backend::drain_core(i);
+      backend::memory(i).empty_cache();
+    }
+  });
+  m.def("hbm_bytes", [] { return backend::hbm_bytes(); });
+  m.def("default_generator", [](int index) {
+    check_device(index);
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(engine::default_generator(index)));
+  });
+  m.def("counters", [] {
+    auto c = engine::counters();
+    py::dict d;
+    d["ops_dispatched"] = c.ops_dispatched;
+    d["ops_queued"] = c.ops_queued;
+    d["ops_synchronous"] = c.ops_synchronous;
+    d["meta_runs"] = c.meta_runs;
+    d["shape_cache_hits"] = c.shape_cache_hits;
+    d["shape_cache_misses"] = c.shape_cache_misses;
+    d["views"] = c.views;
+    d["syncs"] = c.syncs;
+    return d;
+  });
+  m.def("reset_counters", [] { engine::reset_counters(); });
+}

@@ -1,0 +1,65 @@
+"""neuron-eager: the `neuron` PyTorch device on a simulated NeuronCore.
+
+Importing this package (or plain `import torch`, through the `torch.backends` entry
+point) registers PrivateUse1 as `neuron` and installs the `torch.neuron` module.
+"""
+
+import torch
+
+from . import _C
+
+_C._init()  # parses NEURON_* and raises ValueError naming a bad value
+
+if torch._C._get_privateuse1_backend_name() != "neuron":
+    torch.utils.rename_privateuse1_backend("neuron")
+
+from . import _device  # noqa: E402
+
+torch._register_device_module("neuron", _device)
+if not hasattr(torch.Tensor, "is_neuron"):
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+
+MODES = ("eager", "adaptive")
+
+
+def get_mode() -> str:
+    """The execution mode: 'eager' (per op) or 'adaptive' (fused hot segments)."""
+    return _C.get_mode()
+
+
+def set_mode(mode: str) -> None:
+    """Selects 'eager' or 'adaptive'; anything else raises ValueError."""
+    _C.set_mode(mode)
+
+
+def launch_blocking() -> bool:
+    """Whether every op waits for its execution (NEURON_LAUNCH_BLOCKING=1)."""
+    return _C.launch_blocking()
+
+
+def set_launch_blocking(on: bool) -> None:
+    _C.set_launch_blocking(bool(on))
+
+
+def pending_work(device=None) -> int:
+    """Work items queued on the core and not yet finished."""
+    return _C.pending_work(_device._index(device))
+
+
+def counters() -> dict:
+    """Engine counters: ops dispatched, queued, run synchronously, shape-cache hits..."""
+    return _C.counters()
+
+
+def reset_counters() -> None:
+    _C.reset_counters()
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing the package did the work."""
+
+
+__all__ = ["get_mode", "set_mode", "launch_blocking", "set_launch_blocking", "pending_work",
+           "counters", "reset_counters", "MODES"]

@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "backend/device_memory.h"
+#include "backend/event.h"
+#include "backend/stream.h"
+
+using namespace neuron::backend;
+
+TEST(DeviceMemory, CachesFreedBlocksAndCountsBytes) {
+  DeviceMemory mem(0, 1 << 20);
+  void* a = mem.allocate(1000);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(DeviceMemory::owner(a), 0);
+  EXPECT_EQ(mem.stats().allocated_bytes.current, 1024);
+  mem.free(a);
+  EXPECT_EQ(mem.stats().allocated_bytes.current, 0);
+  EXPECT_EQ(mem.stats().reserved_bytes.current, 1024);
+  void* b = mem.allocate(900);  // same size class: the cached block comes back
+  EXPECT_EQ(a, b);
+  mem.free(b);
+  mem.empty_cache();
+  EXPECT_EQ(mem.stats().reserved_bytes.current, 0);
+}
+
+TEST(DeviceMemory, RefusesPastCapacityAndRecovers) {
+  DeviceMemory mem(1, 4096);
+  void* a = mem.allocate(3000);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(mem.allocate(3000), nullptr);
+  mem.free(a);
+  void* b = mem.allocate(4000);  // the cache is released to make room
+  EXPECT_NE(b, nullptr);
+  mem.free(b);
+}
+
+namespace {
+class CountItem : public WorkItem {
+ public:
+  CountItem(std::atomic<int>* n, int expect) : n_(n), expect_(expect) {}
+  void run() override {
+    if (n_->load() != expect_) throw std::runtime_error("out of order");
+    n_->fetch_add(1);
+  }
+  std::string describe() const override { return "count"; }
+  std::atomic<int>* n_;
+  int expect_;
+};
+class FailItem : public WorkItem {
+ public:
+  void run() override { throw std::runtime_error("boom"); }
+  std::string describe() const override { return "aten::fail"; }
+};
+}  // namespace
+
+TEST(Stream, RunsItemsInFifoOrder) {
+  Stream s(0, 1);
+  std::atomic<int> n{0};
+  for (int i = 0; i < 1000; ++i) s.enqueue(std::make_unique<CountItem>(&n, i));
+  s.synchronize();
+  EXPECT_EQ(n.load(), 1000);
+  EXPECT_TRUE(s.idle());
+}
+
+TEST(Stream, WorkerErrorSurfacesAtNextSyncNamingTheItem) {
+  Stream s(0, 2);
+  s.enqueue(std::make_unique<FailItem>());
+  try {
+    s.synchronize();
+    FAIL() << "expected WorkerError";
+  } catch (const WorkerError& e) {
+    EXPECT_NE(std::string(e.what()).find("aten::fail"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos);
+  }
+  s.synchronize();  // the error was reported once
+}
+
+TEST(Event, OrdersTwoStreams) {
+  Stream a(0, 3), b(0, 4);
+  auto event = std::make_shared<Event>(0);
+  std::atomic<int> n{0};
+  a.enqueue(std::make_unique<CountItem>(&n, 0));
+  event->record(a);
+  event->block(b);
+  b.enqueue(std::make_unique<CountItem>(&n, 1));
+  b.synchronize();
+  EXPECT_EQ(n.load(), 2);
+  EXPECT_TRUE(event->query());
+}
