@@ -40,7 +40,16 @@ void Event::block(Stream& stream) {
 
 bool Event::query() const { return completed_.load() >= recorded_.load(); }
 
-void Event::synchronize() { wait_for(recorded_.load()); }
+void Event::synchronize() {
+  struct Wait {
+    Event* self;
+    uint64_t generation;
+  } wait{this, recorded_.load()};
+  Stream::host_wait([](void* arg) {
+    auto* w = static_cast<Wait*>(arg);
+    w->self->wait_for(w->generation);
+  }, &wait);
+}
 
 void Event::complete(uint64_t generation) {
   {

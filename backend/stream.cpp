@@ -6,6 +6,7 @@ namespace neuron::backend {
 namespace {
 
 std::atomic<void (*)()> g_thread_init{nullptr};
+std::atomic<Stream::WaitFn> g_wait_wrapper{nullptr};
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -16,6 +17,14 @@ inline void cpu_relax() {
 }  // namespace
 
 void Stream::set_thread_init(void (*init)()) { g_thread_init.store(init); }
+void Stream::set_wait_wrapper(WaitFn wrapper) { g_wait_wrapper.store(wrapper); }
+
+void Stream::host_wait(void (*wait)(void*), void* arg) {
+  if (auto wrapper = g_wait_wrapper.load())
+    wrapper(wait, arg);
+  else
+    wait(arg);
+}
 
 Stream::Stream(int device, int64_t id) : device_(device), id_(id) {
   worker_ = std::thread([this] { worker_loop(); });
@@ -103,12 +112,21 @@ void Stream::drain() { wait_until(enqueued_.load(std::memory_order_acquire)); }
 void Stream::wait_until(uint64_t target) {
   for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
     cpu_relax();
-  if (completed_.load(std::memory_order_acquire) < target) {
-    std::unique_lock lock(mutex_);
-    ++waiters_;
-    done_cv_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) >= target; });
-    --waiters_;
-  }
+  if (completed_.load(std::memory_order_acquire) >= target) return;
+  struct Wait {
+    Stream* self;
+    uint64_t target;
+  } wait{this, target};
+  auto block = [](void* arg) {
+    auto* w = static_cast<Wait*>(arg);
+    std::unique_lock lock(w->self->mutex_);
+    ++w->self->waiters_;
+    w->self->done_cv_.wait(lock, [&] {
+      return w->self->completed_.load(std::memory_order_acquire) >= w->target;
+    });
+    --w->self->waiters_;
+  };
+  host_wait(block, &wait);
 }
 
 void Stream::raise_pending_error() {

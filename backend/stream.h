@@ -55,6 +55,12 @@ class Stream {
   // Called once on each new worker thread before it runs items (the engine sets up
   // per-thread state there, such as the intra-op thread count).
   static void set_thread_init(void (*init)());
+  // Wraps every blocking wait of a host thread (the Python bindings release the GIL there,
+  // so a worker that drops the last reference to a Python-owned object can finish).
+  using WaitFn = void (*)(void (*wait)(void*), void* arg);
+  static void set_wait_wrapper(WaitFn wrapper);
+  // Runs wait(arg) on a host thread through the wait wrapper.
+  static void host_wait(void (*wait)(void*), void* arg);
 
  private:
   void worker_loop();

@@ -32,10 +32,20 @@ bool is_neuron(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
-// Why an op could not be queued; it then runs synchronously.
-struct Unsupported {
-  const char* reason;
-};
+// Values with tensors inside that the recorder does not take apart (tuples, generic
+// lists) cannot be queued: the op runs synchronously instead.
+bool contains_tensor(const c10::IValue& v) {
+  if (v.isTensor() || v.isTensorList()) return true;
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (contains_tensor(e)) return true;
+  }
+  if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (contains_tensor(e)) return true;
+  }
+  return false;
+}
 
 class Recorder {
  public:
@@ -104,6 +114,7 @@ class Recorder {
       }
       r.end_list();
     } else {
+      if (contains_tensor(v)) return false;
       value = v;
       if (v.isNone()) {
         r.add_none();
@@ -141,10 +152,8 @@ class Recorder {
         // The CPU generator behind the neuron generator draws the numbers on the worker.
         r.add_scalar_type(-2);
         pending_generator_ = static_cast<int>(work_.values.size());
-      } else if (v.isSymInt() || v.isSymFloat() || v.isSymBool()) {
-        return false;
       } else {
-        return false;
+        return false;  // symbolic values, tuples, lists of tensors in other shapes, objects
       }
     }
     work_.values.push_back(std::move(value));

@@ -13,7 +13,8 @@
 
 namespace neuron::engine {
 
-void register_device_hooks();  // device.cpp
+void register_device_hooks();      // device.cpp
+void register_cpu_kernel_routes();  // cpu_routes.cpp
 
 namespace {
 
@@ -44,6 +45,7 @@ const Config& init_from_env() {
     backend::Stream::set_thread_init(&init_worker_thread);
     backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
     register_device_hooks();
+    register_cpu_kernel_routes();
     g_initialized = true;
     if (g_config.mode == Mode::kAdaptive)
       trace::log(trace::LogLevel::kDebug,

@@ -48,8 +48,19 @@ py::dict memory_stats(int index) {
 
 }  // namespace
 
+// Blocking waits drop the GIL when the waiting thread holds it.
+void wait_without_gil(void (*wait)(void*), void* arg) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    wait(arg);
+  } else {
+    wait(arg);
+  }
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "neuron-eager engine bindings";
+  backend::Stream::set_wait_wrapper(&wait_without_gil);
   m.def("_init", [] {
     try {
       engine::init_from_env();

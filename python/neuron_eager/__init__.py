@@ -4,9 +4,17 @@ Importing this package (or plain `import torch`, through the `torch.backends` en
 point) registers PrivateUse1 as `neuron` and installs the `torch.neuron` module.
 """
 
-import torch
 
-from . import _C
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group. Defined before `import torch`: when this
+    package is imported first, torch's autoload finds it here while we are half loaded,
+    and the registration below runs once torch is ready."""
+
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402
 
 _C._init()  # parses NEURON_* and raises ValueError naming a bad value
 
@@ -55,10 +63,6 @@ def counters() -> dict:
 
 def reset_counters() -> None:
     _C.reset_counters()
-
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing the package did the work."""
 
 
 __all__ = ["get_mode", "set_mode", "launch_blocking", "set_launch_blocking", "pending_work",

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs every test: C++ unit tests and the Python suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./tools/setup.sh
+PY=${PYTHON:-python3}
+echo "[test] C++ unit tests"
+meson test -C build/py --suite cpp --print-errorlogs
+echo "[test] Python tests"
+$PY -m pytest tests/python -q -ra "$@"
