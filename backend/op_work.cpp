@@ -22,6 +22,8 @@ bool describe_tensor(const at::Tensor& t, trace::TensorMeta& m) {
   m.ndim = static_cast<uint8_t>(ndim);
   m.device = t.device().is_cpu() ? -1 : static_cast<int8_t>(t.device().index());
   m.storage_offset = t.storage_offset();
+  m.flags = static_cast<uint8_t>((t.is_conj() ? trace::TensorMeta::kConjugate : 0) |
+                                 (t.is_neg() ? trace::TensorMeta::kNegative : 0));
   m.storage = t.has_storage()
                   ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl())
                   : 0;
@@ -44,6 +46,8 @@ at::Tensor cpu_alias(const c10::Storage& storage, const trace::TensorMeta& m) {
   t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(m.sizes.data(), m.ndim),
                                                  c10::IntArrayRef(m.strides.data(), m.ndim),
                                                  m.storage_offset);
+  if (m.flags & trace::TensorMeta::kConjugate) t._set_conj(true);
+  if (m.flags & trace::TensorMeta::kNegative) t._set_neg(true);
   return t;
 }
 
@@ -52,7 +56,12 @@ at::Tensor meta_tensor(const trace::TensorMeta& m) {
   auto options = at::TensorOptions()
                      .dtype(static_cast<c10::ScalarType>(m.dtype))
                      .device(c10::kMeta);
-  if (m.storage_offset == 0) return at::empty_strided(sizes, strides, options);
+  auto with_flags = [&](at::Tensor t) {
+    if (m.flags & trace::TensorMeta::kConjugate) t._set_conj(true);
+    if (m.flags & trace::TensorMeta::kNegative) t._set_neg(true);
+    return t;
+  };
+  if (m.storage_offset == 0) return with_flags(at::empty_strided(sizes, strides, options));
   int64_t extent = 1;
   for (int i = 0; i < m.ndim; ++i)
     if (m.sizes[i] == 0) extent = 0;
@@ -62,7 +71,7 @@ at::Tensor meta_tensor(const trace::TensorMeta& m) {
   auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()),
                                                      base.key_set(), base.dtype());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, m.storage_offset);
-  return t;
+  return with_flags(t);
 }
 
 c10::OperatorHandle OpWork::dummy_handle() {
@@ -160,7 +169,8 @@ void OpWork::run() {
         ++k;
       }
     } else {
-      cpu_alias(output_storages[k], output_metas[k]).copy_(v.toTensor());
+      if (output_metas[k].defined && v.isTensor())
+        cpu_alias(output_storages[k], output_metas[k]).copy_(v.toTensor());
       ++k;
     }
   }

@@ -250,7 +250,7 @@ void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const Op
       outs.push_back(count);
       for (const at::Tensor& t : list) push(t);
     } else {
-      push(v.toTensor());
+      push(v.isTensor() ? v.toTensor() : at::Tensor());
     }
   }
 }
@@ -340,6 +340,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Returns: fresh outputs on the device, views over their base, in-place args as is.
   torch::jit::Stack results;
   results.reserve(info.returns.size());
+  bool all_outputs_defined = true;
   for (const ReturnInfo& ri : info.returns) {
     if (ri.kind == ReturnInfo::kInplace) {
       results.push_back(args[static_cast<size_t>(ri.alias_arg)]);
@@ -355,8 +356,13 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                               : base.toTensorList().get(list_index);
         return view_of(b, m);
       }
-      at::Tensor t = empty_like_meta(m, device);
       work->output_metas.push_back(m);
+      if (!m.defined) {  // e.g. gradients masked off in a backward op
+        work->output_storages.emplace_back();
+        all_outputs_defined = false;
+        return at::Tensor();
+      }
+      at::Tensor t = empty_like_meta(m, device);
       work->output_storages.push_back(t.storage());
       return t;
     };
@@ -368,6 +374,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       work->output_is_list.push_back(true);
       results.emplace_back(std::move(list));
     } else {
+      // Undefined outputs stay Tensor-typed IValues: unboxed callers unpack them as tensors.
       results.emplace_back(make(outs[next++], 0));
       work->output_groups.push_back(ri.kind == ReturnInfo::kNew ? 1 : 0);
       work->output_is_list.push_back(false);
@@ -375,7 +382,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   if (info.needs_work) {
-    if (info.out_variant) {
+    if (info.out_variant && all_outputs_defined) {
       work->op = *info.out_variant;
       work->out_variant = true;
     }

@@ -158,7 +158,7 @@ void run_synchronously(const c10::OperatorHandle& op, const OpInfo& info,
       for (const at::Tensor& t : v.toTensorList()) list.push_back(to_device(t, device));
       results.emplace_back(list);
     } else {
-      results.emplace_back(to_device(v.toTensor(), device));
+      results.emplace_back(to_device(v.isTensor() ? v.toTensor() : at::Tensor(), device));
     }
   }
   torch::jit::drop(*stack, num_args);

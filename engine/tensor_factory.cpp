@@ -34,6 +34,8 @@ at::Tensor view_of(const at::Tensor& base, const trace::TensorMeta& m) {
   t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(m.sizes.data(), m.ndim),
                                                  c10::IntArrayRef(m.strides.data(), m.ndim),
                                                  m.storage_offset);
+  if (m.flags & trace::TensorMeta::kConjugate) t._set_conj(true);
+  if (m.flags & trace::TensorMeta::kNegative) t._set_neg(true);
   return t;
 }
 

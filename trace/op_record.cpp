@@ -14,7 +14,7 @@ int64_t TensorMeta::numel() const {
 }
 
 bool TensorMeta::same_geometry(const TensorMeta& o) const {
-  if (dtype != o.dtype || ndim != o.ndim || defined != o.defined ||
+  if (dtype != o.dtype || ndim != o.ndim || defined != o.defined || flags != o.flags ||
       storage_offset != o.storage_offset)
     return false;
   for (int i = 0; i < ndim; ++i)
@@ -23,7 +23,7 @@ bool TensorMeta::same_geometry(const TensorMeta& o) const {
 }
 
 void append_meta_words(std::vector<int64_t>& w, const TensorMeta& m) {
-  w.push_back((int64_t{m.dtype} << 8) | m.ndim);
+  w.push_back((int64_t{m.flags} << 16) | (int64_t{m.dtype} << 8) | m.ndim);
   for (int i = 0; i < m.ndim; ++i) w.push_back(m.sizes[i]);
   for (int i = 0; i < m.ndim; ++i) w.push_back(m.strides[i]);
   w.push_back(m.storage_offset);
