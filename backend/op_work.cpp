@@ -23,7 +23,10 @@ bool describe_tensor(const at::Tensor& t, trace::TensorMeta& m) {
   m.device = t.device().is_cpu() ? -1 : static_cast<int8_t>(t.device().index());
   m.storage_offset = t.storage_offset();
   m.flags = static_cast<uint8_t>((t.is_conj() ? trace::TensorMeta::kConjugate : 0) |
-                                 (t.is_neg() ? trace::TensorMeta::kNegative : 0));
+                                 (t.is_neg() ? trace::TensorMeta::kNegative : 0) |
+                                 (t.unsafeGetTensorImpl()->is_wrapped_number()
+                                      ? trace::TensorMeta::kWrappedNumber
+                                      : 0));
   m.storage = t.has_storage()
                   ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl())
                   : 0;
@@ -88,7 +91,8 @@ void OpWork::clear() {
   output_storages.clear();
   output_groups.clear();
   output_is_list.clear();
-  out_variant = false;
+  out_op.reset();
+  out_refused = nullptr;
 }
 
 namespace {
@@ -100,7 +104,7 @@ at::Tensor source_tensor(const TensorSource& s, const trace::TensorMeta& m) {
 
 }  // namespace
 
-void OpWork::build_stack(torch::jit::Stack& stack) const {
+void OpWork::build_stack(torch::jit::Stack& stack, bool with_outputs) const {
   stack.reserve(slots.size() + output_metas.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const ArgSlot& slot = slots[i];
@@ -136,7 +140,7 @@ void OpWork::build_stack(torch::jit::Stack& stack) const {
       }
     }
   }
-  if (!out_variant) return;
+  if (!with_outputs) return;
   size_t k = 0;
   for (size_t r = 0; r < output_groups.size(); ++r) {
     if (output_is_list[r]) {
@@ -154,11 +158,26 @@ void OpWork::build_stack(torch::jit::Stack& stack) const {
 void OpWork::run() {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   torch::jit::Stack stack;
-  build_stack(stack);
+  if (out_op) {
+    build_stack(stack, /*with_outputs=*/true);
+    try {
+      out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      return;
+    } catch (const std::exception&) {
+      // A functional op leaves its inputs alone, so running it again is safe.
+      if (out_refused != nullptr) out_refused->store(true, std::memory_order_relaxed);
+      stack.clear();
+    }
+  }
+  build_stack(stack, /*with_outputs=*/false);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
-  if (out_variant || output_metas.empty()) return;
-  // Functional op without an out variant: copy its fresh results into our outputs.
-  // Returns that alias an argument (views, in-place) have a group of zero.
+  copy_results(stack);
+}
+
+void OpWork::copy_results(const torch::jit::Stack& stack) const {
+  if (output_metas.empty()) return;
+  // Copy fresh results into our outputs. Returns that alias an argument (views,
+  // in-place) have a group of zero.
   size_t k = 0;
   for (size_t r = 0; r < output_groups.size() && r < stack.size(); ++r) {
     if (output_groups[r] == 0) continue;

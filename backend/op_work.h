@@ -6,6 +6,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <atomic>
+#include <optional>
 #include <vector>
 
 #include "backend/stream.h"
@@ -43,8 +45,11 @@ class OpWork final : public WorkItem {
   // Drops held storages and tensors but keeps capacity, for reuse.
   void clear();
 
-  c10::OperatorHandle op;          // what runs on CPU: the op itself or its out variant
-  bool out_variant = false;        // outputs are passed as out= arguments
+  c10::OperatorHandle op;          // the op itself, run on CPU
+  std::optional<c10::OperatorHandle> out_op;  // its out= variant, writing into our outputs
+  // Set when the out variant refused (it resized its outputs, say): the op then runs
+  // functionally and later dispatches skip the out variant.
+  std::atomic<bool>* out_refused = nullptr;
   trace::OpRecord record;          // op id and input metas, as recorded at dispatch
   std::vector<c10::IValue> values; // template per argument; tensor slots hold None
   std::vector<ArgSlot> slots;      // per argument
@@ -55,10 +60,12 @@ class OpWork final : public WorkItem {
   std::vector<bool> output_is_list;            // per return
 
   OpWork() : op(dummy_handle()) {}
+  OpWork(const c10::OperatorHandle& handle) : op(handle) {}
 
  private:
   static c10::OperatorHandle dummy_handle();
-  void build_stack(torch::jit::Stack& stack) const;
+  void build_stack(torch::jit::Stack& stack, bool with_outputs) const;
+  void copy_results(const torch::jit::Stack& stack) const;
 };
 
 }  // namespace neuron::backend

@@ -75,7 +75,10 @@ class Recorder {
       source.storage = t.storage();
     } else if (t.defined()) {
       // Host tensors are snapshotted: the user may write them before the worker runs.
-      source.host = t.dim() == 0 ? t.clone() : t.clone(at::MemoryFormat::Preserve);
+      source.host = t.clone(at::MemoryFormat::Preserve);
+      // Python scalars arrive as wrapped numbers, which type promotion ignores.
+      if (t.unsafeGetTensorImpl()->is_wrapped_number())
+        source.host.unsafeGetTensorImpl()->set_wrapped_number(true);
     }
     if (t.defined())
       work_.record.add_tensor(meta);
@@ -255,6 +258,25 @@ void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const Op
   }
 }
 
+// Where a Meta kernel's output shapes differ from the CPU kernel's, use the CPU's: batch
+// norm outside training returns empty saved statistics on CPU.
+void match_cpu_shapes(const OpInfo& info, c10::ArrayRef<c10::IValue> args,
+                      std::vector<TensorMeta>& outs) {
+  const bool batch_norm = info.name == "aten::native_batch_norm" ||
+                          info.name == "aten::_native_batch_norm_legit" ||
+                          info.name == "aten::_native_batch_norm_legit.no_stats";
+  const size_t first_return = info.write_args.size();  // written args come first
+  if (!batch_norm || outs.size() != first_return + 3) return;
+  const size_t training_arg = info.name == "aten::_native_batch_norm_legit.no_stats" ? 3 : 5;
+  if (args.size() <= training_arg || !args[training_arg].isBool() || args[training_arg].toBool())
+    return;
+  for (size_t i = first_return + 1; i < first_return + 3; ++i) {
+    outs[i].ndim = 1;
+    outs[i].sizes[0] = 0;
+    outs[i].strides[0] = 1;
+  }
+}
+
 std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) {
   auto work = std::make_unique<OpWork>();
   work->op = op;
@@ -311,6 +333,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // succeeds or raises the error CPU eager would raise.
       return run_synchronously(op, info, stack);
     }
+    match_cpu_shapes(info, args, outs);
     if (work->record.hashable) shape_cache().insert(work->record, key, outs);
   }
 
@@ -382,9 +405,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   if (info.needs_work) {
-    if (info.out_variant && all_outputs_defined) {
-      work->op = *info.out_variant;
-      work->out_variant = true;
+    if (info.out_variant && all_outputs_defined &&
+        !info.out_refused.load(std::memory_order_relaxed)) {
+      work->out_op = info.out_variant;
+      work->out_refused = &info.out_refused;
     }
     backend::Stream& stream = current_stream(device);
     stream.enqueue(std::move(work));

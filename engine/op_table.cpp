@@ -24,6 +24,21 @@ const std::unordered_set<std::string>& data_dependent_ops() {
   return ops;
 }
 
+// Ops whose Meta kernel infers other output shapes than the CPU kernel produces (empty
+// auxiliary outputs on CPU): they run synchronously so results have the CPU's shapes.
+const std::unordered_set<std::string>& meta_disagrees_ops() {
+  static const std::unordered_set<std::string> ops = {"aten::_embedding_bag",
+                                                      "aten::_embedding_bag_forward_only"};
+  return ops;
+}
+
+// Out variants that leave part of a preallocated output unwritten (they zero it only when
+// they resize it): the functional kernel runs instead.
+const std::unordered_set<std::string>& out_variant_denylist() {
+  static const std::unordered_set<std::string> ops = {"aten::max_unpool2d", "aten::max_unpool3d"};
+  return ops;
+}
+
 bool is_tensor_type(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
 
 bool is_tensor_list_type(const c10::TypePtr& t) {
@@ -124,7 +139,11 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
     info->synchronous = true;
     info->synchronous_reason = "output shape depends on the data";
   }
-  info->out_variant = find_out_variant(s, *info);
+  if (meta_disagrees_ops().count(s.name())) {
+    info->synchronous = true;
+    info->synchronous_reason = "its Meta kernel's output shapes differ from the CPU kernel's";
+  }
+  if (!out_variant_denylist().count(s.name())) info->out_variant = find_out_variant(s, *info);
   return info;
 }
 

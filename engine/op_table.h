@@ -3,6 +3,7 @@
 // the worker can call to write straight into device memory.
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct OpInfo {
   std::vector<bool> arg_is_opt_list;    // per argument: Tensor?[]
   bool needs_work = true;               // false for pure views: nothing to execute
   std::optional<c10::OperatorHandle> out_variant;
+  std::atomic<bool> out_refused{false};  // the worker saw the out variant fail
   // Ops that must run at once on the caller's thread, with the reason.
   bool synchronous = false;
   std::string synchronous_reason;

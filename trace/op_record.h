@@ -15,13 +15,13 @@ inline constexpr int kMaxDims = 16;
 // Geometry of one tensor argument. dtype is the producer's dtype code (c10::ScalarType
 // in the engine); this layer only compares it.
 struct TensorMeta {
-  static constexpr uint8_t kConjugate = 1, kNegative = 2;
+  static constexpr uint8_t kConjugate = 1, kNegative = 2, kWrappedNumber = 4;
 
   int8_t dtype = -1;
   uint8_t ndim = 0;
   int8_t device = -1;  // core index; -1 for host tensors
   bool defined = false;
-  uint8_t flags = 0;  // kConjugate | kNegative: lazy conj/neg views
+  uint8_t flags = 0;  // kConjugate | kNegative (lazy views) | kWrappedNumber (Python scalar)
   int64_t storage_offset = 0;
   uint64_t storage = 0;  // identity of the storage (dataflow); not part of the signature
   std::array<int64_t, kMaxDims> sizes{};

@@ -1,0 +1,25 @@
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(autouse=True)
+def _drain_device():
+    """Each test starts and ends with empty queues: memory counters and errors of one test
+    never leak into the next."""
+    torch.neuron.synchronize()
+    yield
+    torch.neuron.synchronize()
+
+
+def pytest_terminal_summary(terminalreporter):
+    stats = getattr(terminalreporter.config, "_opinfo_stats", None)
+    if stats:
+        terminalreporter.write_line(
+            f"OpInfo coverage: {stats['passed']} of {stats['total']} float32 OpInfos match CPU "
+            f"on neuron ({stats['excluded']} excluded with reasons, {stats['failed']} failed); "
+            f"{stats['samples']} samples compared")
