@@ -7,6 +7,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include "trace/op_registry.h"
+#include "trace/recorder.h"
 
 namespace neuron::backend {
 
@@ -155,7 +156,37 @@ void OpWork::build_stack(torch::jit::Stack& stack, bool with_outputs) const {
   }
 }
 
+namespace {
+
+// Emits the OpExecute event of a traced op when the run ends (also on failure).
+struct ExecuteEvent {
+  const OpWork& work;
+  uint64_t start = 0;
+  explicit ExecuteEvent(const OpWork& w) : work(w) {
+    if (work.seq != 0 && trace::recording()) {
+      trace::Recorder::instance().thread_id("worker");
+      start = trace::Recorder::instance().now_ns();
+    }
+  }
+  ~ExecuteEvent() {
+    if (start == 0 || !trace::recording()) return;
+    auto& rec = trace::Recorder::instance();
+    trace::Event e;
+    e.time_ns = start;
+    e.duration_ns = rec.now_ns() - start;
+    e.kind = static_cast<uint8_t>(trace::EventKind::kOpExecute);
+    e.seq = work.seq;
+    e.op = work.record.op;
+    e.core = work.core;
+    e.stream = work.stream;
+    rec.emit(e);
+  }
+};
+
+}  // namespace
+
 void OpWork::run() {
+  ExecuteEvent event(*this);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   torch::jit::Stack stack;
   if (out_op) {

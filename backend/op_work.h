@@ -58,6 +58,9 @@ class OpWork final : public WorkItem {
   std::vector<c10::Storage> output_storages;   // parallel to output_metas
   std::vector<uint32_t> output_groups;         // per return: how many outputs (lists > 1)
   std::vector<bool> output_is_list;            // per return
+  uint64_t seq = 0;                            // op sequence number when traced, else 0
+  uint8_t core = 0;
+  uint16_t stream = 0;
 
   OpWork() : op(dummy_handle()) {}
   OpWork(const c10::OperatorHandle& handle) : op(handle) {}

@@ -320,7 +320,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event != nullptr) event_of(event).synchronize();
   }
   void synchronizeDevice(const c10::DeviceIndex index) const override {
-    synchronize(index < 0 ? current_device() : index);
+    synchronize(index < 0 ? current_device() : index, "device synchronize");
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start && end, "neuron: both events must be recorded before elapsed_time");
@@ -419,7 +419,7 @@ void NeuronHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t new
   TORCH_CHECK(storage.resizable(), "neuron: this storage is not resizable");
   auto* impl = storage.unsafeGetStorageImpl();
   const c10::DeviceIndex index = storage.device().index();
-  synchronize(index);  // queued work reads the old block
+  synchronize(index, "storage resize");  // queued work reads the old block
   c10::DeviceGuard guard(storage.device());
   c10::DataPtr fresh = g_allocator.allocate(new_bytes);
   size_t keep = std::min(new_bytes, impl->nbytes());

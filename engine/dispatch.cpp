@@ -11,6 +11,7 @@
 #include "engine/dispatch.h"
 #include "engine/engine.h"
 #include "engine/op_table.h"
+#include "engine/recording.h"
 #include "engine/pch.h"
 #include "engine/tensor_factory.h"
 #include "trace/shape_cache.h"
@@ -289,6 +290,8 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
   bump(g_counters.ops_dispatched);
   if (info.synchronous) return run_synchronously(op, info, stack);
+  const bool observe = observing();
+  const uint64_t start_ns = trace::recording() ? trace::Recorder::instance().now_ns() : 0;
 
   const size_t num_args = op.schema().arguments().size();
   auto args = torch::jit::last(*stack, num_args);
@@ -411,9 +414,26 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       work->out_refused = &info.out_refused;
     }
     backend::Stream& stream = current_stream(device);
+    const OpWork* queued = work.get();
+    if (observe) {
+      work->seq = next_seq();
+      work->core = static_cast<uint8_t>(device);
+      work->stream = static_cast<uint16_t>(stream.id());
+      thread_local std::vector<at::Tensor> fresh;
+      fresh.clear();
+      for (size_t r = 0; r < info.returns.size(); ++r) {
+        if (info.returns[r].kind != ReturnInfo::kNew) continue;
+        const c10::IValue& v = results[r];
+        if (v.isTensor()) fresh.push_back(v.toTensor());
+        if (v.isTensorList())
+          for (const at::Tensor& t : v.toTensorList()) fresh.push_back(t);
+      }
+      note_dispatch(*queued, info, device, stream.id(), start_ns, fresh);
+      fresh.clear();
+    }
     stream.enqueue(std::move(work));
     bump(g_counters.ops_queued);
-    if (launch_blocking()) synchronize_stream(stream);
+    if (launch_blocking()) synchronize_stream(stream, "NEURON_LAUNCH_BLOCKING");
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));

@@ -9,6 +9,7 @@
 #include "backend/runtime.h"
 #include "engine/counters.h"
 #include "engine/pch.h"
+#include "engine/recording.h"
 #include "trace/log.h"
 
 namespace neuron::engine {
@@ -47,6 +48,7 @@ const Config& init_from_env() {
     register_device_hooks();
     register_cpu_kernel_routes();
     g_initialized = true;
+    if (!g_config.trace_path.empty()) start_trace(g_config.trace_path);
     if (g_config.mode == Mode::kAdaptive)
       trace::log(trace::LogLevel::kDebug,
                  "NEURON_EAGER_MODE=adaptive: fused segments are not built yet; ops run per op "
@@ -80,8 +82,9 @@ int device_count() {
   return g_config.cores;
 }
 
-void synchronize_stream(backend::Stream& stream) {
+void synchronize_stream(backend::Stream& stream, const char* cause) {
   g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
+  SyncScope scope(stream.device(), cause);
   try {
     stream.synchronize();
   } catch (const backend::WorkerError& e) {
@@ -89,8 +92,9 @@ void synchronize_stream(backend::Stream& stream) {
   }
 }
 
-void synchronize(c10::DeviceIndex index) {
+void synchronize(c10::DeviceIndex index, const char* cause) {
   g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
+  SyncScope scope(index, cause);
   try {
     backend::synchronize_core(index);
   } catch (const backend::WorkerError& e) {
@@ -98,9 +102,9 @@ void synchronize(c10::DeviceIndex index) {
   }
 }
 
-void synchronize_all() {
+void synchronize_all(const char* cause) {
   if (!g_initialized) return;
-  for (int i = 0; i < device_count(); ++i) synchronize(static_cast<c10::DeviceIndex>(i));
+  for (int i = 0; i < device_count(); ++i) synchronize(static_cast<c10::DeviceIndex>(i), cause);
 }
 
 Counters counters() {

@@ -32,9 +32,10 @@ backend::Stream& current_stream(c10::DeviceIndex index);
 
 // Waits for all work on a core (or all cores); a worker failure becomes a c10::Error
 // naming the op.
-void synchronize(c10::DeviceIndex index);
-void synchronize_all();
-void synchronize_stream(backend::Stream& stream);
+// cause names the sync in traces ("item", "copy to host", ...).
+void synchronize(c10::DeviceIndex index, const char* cause = "synchronize");
+void synchronize_all(const char* cause = "synchronize");
+void synchronize_stream(backend::Stream& stream, const char* cause = "stream synchronize");
 
 const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator new_generator(c10::DeviceIndex index);

@@ -127,7 +127,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   if (self.numel() == 0 && dst.numel() == 0) return dst;
   if (src_neuron && !dst_neuron) {
     // Device to host: the host read waits for the queue.
-    synchronize(self.device().index());
+    synchronize(self.device().index(), "copy to host");
     dst.copy_(alias_of(self));
     return dst;
   }
@@ -135,8 +135,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   const c10::DeviceIndex index = dst.device().index();
   if (src_neuron && self.device().index() != index) {
     // Between cores: both queues drain, then a direct copy.
-    synchronize(self.device().index());
-    synchronize(index);
+    synchronize(self.device().index(), "copy between cores");
+    synchronize(index, "copy between cores");
     alias_of(dst).copy_(alias_of(self));
     return dst;
   }
@@ -168,7 +168,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  synchronize(self.device().index());
+  synchronize(self.device().index(), "item");
   return alias_of(self).item();
 }
 

@@ -7,6 +7,7 @@
 #include "engine/dispatch.h"
 #include "engine/engine.h"
 #include "engine/pch.h"
+#include "engine/recording.h"
 #include "engine/tensor_factory.h"
 
 namespace neuron::engine {
@@ -67,7 +68,8 @@ void run_synchronously(const c10::OperatorHandle& op, const OpInfo& info,
       device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
   }
   if (device < 0) device = current_device();
-  synchronize_all();
+  synchronize_all("op with a host-dependent result");
+  note_synchronous_op(info);
 
   // Out= arguments get fresh CPU tensors (the kernel may resize them); everything else
   // is an alias, so in-place writes land in device memory directly.

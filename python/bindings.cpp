@@ -6,6 +6,8 @@
 
 #include "backend/runtime.h"
 #include "engine/engine.h"
+#include "engine/recording.h"
+#include "trace/recorder.h"
 
 namespace py = pybind11;
 using namespace neuron;
@@ -58,6 +60,22 @@ void wait_without_gil(void (*wait)(void*), void* arg) {
   }
 }
 
+// The Python stack of the calling thread for the first sync of each cause, or "" when
+// the thread is not a Python thread.
+std::string capture_python_stack() {
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) return "";
+  py::gil_scoped_acquire gil;
+  try {
+    auto tb = py::module_::import("traceback");
+    py::list frames = tb.attr("format_stack")();
+    std::string out;
+    for (auto f : frames) out += py::str(f).cast<std::string>();
+    return out;
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "neuron-eager engine bindings";
   backend::Stream::set_wait_wrapper(&wait_without_gil);
@@ -92,9 +110,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("synchronize", [](int index) {
     py::gil_scoped_release no_gil;
     if (index < 0)
-      engine::synchronize_all();
+      engine::synchronize_all("torch.neuron.synchronize");
     else
-      engine::synchronize(static_cast<c10::DeviceIndex>(index));
+      engine::synchronize(static_cast<c10::DeviceIndex>(index), "torch.neuron.synchronize");
   }, py::arg("device") = -1);
   m.def("pending_work", [](int index) {
     return backend::pending_work(index_or_current(index));
@@ -135,4 +153,27 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("reset_counters", [] { engine::reset_counters(); });
+  engine::set_stack_capture(&capture_python_stack);
+  m.def("trace_start", [](const std::string& path, const std::string&) {
+    engine::start_trace(path);
+  }, py::arg("path"), py::arg("metadata_json") = "");
+  m.def("trace_stop", [] {
+    uint64_t events = 0;
+    {
+      py::gil_scoped_release no_gil;
+      events = engine::stop_trace();
+    }
+    return py::make_tuple(events, trace::Recorder::instance().bytes_written());
+  });
+  m.def("trace_active", [] { return trace::recording(); });
+  m.def("trace_path", [] { return trace::Recorder::instance().path(); });
+  m.def("segment_cache_stats", [] {
+    auto s = engine::trace_cache().stats();
+    py::dict d;
+    d["segments"] = engine::trace_cache().size();
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["collisions"] = s.collisions;
+    return d;
+  });
 }

@@ -85,11 +85,9 @@ def test_logits_match_cpu(name, how, tmp_path):
     assert out.device.type == DEV
     assert out.shape == (2, 12, VOCAB)
     assert ref.std() > 1e-3, "degenerate reference logits"
-    # Not bit-exact today (differences ~2e-7): on CPU, F.scaled_dot_product_attention picks
-    # the fused _scaled_dot_product_flash_attention_for_cpu kernel, but for `neuron` the SDPA
-    # dispatcher picks _scaled_dot_product_attention_math (bmm + softmax), which rounds
-    # differently; GPT-2's nn.LayerNorm also differs (see test_eager_attention_logits_bit_exact).
-    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+    # Bit for bit: neuron asks CPU's rule for the SDPA kernel (flash attention for CPU) and
+    # runs CPU's layer-norm kernel, so the same kernels produce the same bits.
+    torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
 
 
 @params
@@ -120,7 +118,7 @@ def test_padded_batch_logits_match_cpu(name):
         ref = model(input_ids=ids, attention_mask=mask).logits
         out = dev_model(input_ids=ids.to(DEV), attention_mask=mask.to(DEV)).logits
     # Tolerance for the same reason as in test_logits_match_cpu.
-    torch.testing.assert_close(out.cpu()[:, 4:], ref[:, 4:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.cpu()[:, 4:], ref[:, 4:], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -1,0 +1,255 @@
+#include "engine/recording.h"
+
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "backend/op_work.h"
+#include "backend/runtime.h"
+#include "engine/engine.h"
+#include "trace/op_registry.h"
+#include "trace/segmenter.h"
+
+namespace neuron::engine {
+namespace {
+
+using trace::Event;
+using trace::EventKind;
+using trace::Recorder;
+
+std::atomic<uint64_t> g_seq{0};
+std::atomic<std::string (*)()> g_stack_capture{nullptr};
+
+trace::SegmentPolicy default_segment_policy() {
+  trace::SegmentPolicy p;
+  auto& reg = trace::OpRegistry::instance();
+  for (const char* name :
+       {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
+        "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward"})
+    p.cut_after.push_back(reg.intern(name));
+  return p;
+}
+
+// One segmenter per (core, stream): segments never span streams. Output tensors are
+// held weakly so the key can say which outputs are still referenced at the cut.
+struct StreamSegments {
+  std::mutex mutex;
+  trace::Segmenter segmenter{default_segment_policy()};
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> outputs;  // open segment's outputs
+  std::vector<uint64_t> host_ns;
+};
+
+std::array<std::array<std::unique_ptr<StreamSegments>, backend::kMaxStreamsPerCore>, 64> g_segments;
+std::mutex g_segments_mutex;
+
+StreamSegments& segments(c10::DeviceIndex core, int64_t stream) {
+  auto& slot = g_segments.at(static_cast<size_t>(core)).at(static_cast<size_t>(stream));
+  if (!slot) {
+    std::lock_guard lock(g_segments_mutex);
+    if (!slot) slot = std::make_unique<StreamSegments>();
+  }
+  return *slot;
+}
+
+void emit_counters(c10::DeviceIndex core, uint64_t now) {
+  if (!trace::recording()) return;
+  auto stats = backend::memory(core).stats();
+  Event m;
+  m.time_ns = now;
+  m.kind = static_cast<uint8_t>(EventKind::kMemory);
+  m.core = static_cast<uint8_t>(core);
+  m.value = static_cast<uint64_t>(stats.allocated_bytes.current);
+  m.aux = static_cast<uint64_t>(stats.reserved_bytes.current);
+  Recorder::instance().emit(m);
+  Event q = m;
+  q.kind = static_cast<uint8_t>(EventKind::kQueueDepth);
+  q.value = static_cast<uint64_t>(backend::pending_work(core));
+  q.aux = 0;
+  Recorder::instance().emit(q);
+}
+
+void observe_segment(const trace::Segment& s, c10::DeviceIndex core, int64_t stream) {
+  const uint64_t now = Recorder::instance().now_ns();
+  uint64_t count = 0;
+  auto lookup = trace_cache().observe(s, now, &count);
+  if (!trace::recording()) return;
+  Event cut;
+  cut.time_ns = now;
+  cut.kind = static_cast<uint8_t>(EventKind::kSegmentCut);
+  cut.core = static_cast<uint8_t>(core);
+  cut.stream = static_cast<uint16_t>(stream);
+  cut.value = s.key;
+  cut.aux = s.length;
+  cut.seq = s.first_seq;
+  cut.flags = static_cast<uint16_t>(s.reason);
+  Recorder::instance().emit(cut);
+  Event key = cut;
+  key.kind = static_cast<uint8_t>(lookup == trace::TraceCache::Lookup::kHit ? EventKind::kKeyHit
+                                                                           : EventKind::kKeyMiss);
+  key.aux = count;
+  key.flags = lookup == trace::TraceCache::Lookup::kCollision ? 1 : 0;
+  Recorder::instance().emit(key);
+  emit_counters(core, now);
+}
+
+// Closes the open segment of one stream (the caller holds its mutex).
+void flush_locked(StreamSegments& ss, trace::CutReason reason, c10::DeviceIndex core,
+                  int64_t stream) {
+  if (ss.segmenter.open_length() == 0) return;
+  std::vector<bool> alive;
+  alive.reserve(ss.outputs.size());
+  for (auto& w : ss.outputs) alive.push_back(w.use_count() > 0);
+  auto s = ss.segmenter.flush(reason, alive);
+  ss.outputs.clear();
+  if (s) observe_segment(*s, core, stream);
+}
+
+}  // namespace
+
+trace::TraceCache& trace_cache() {
+  static auto* cache = new trace::TraceCache(3);
+  return *cache;
+}
+
+bool observing() { return trace::recording() || mode() == Mode::kAdaptive; }
+
+uint64_t next_seq() { return g_seq.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+void set_stack_capture(std::string (*capture)()) { g_stack_capture.store(capture); }
+
+void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceIndex core,
+                   int64_t stream, uint64_t start_ns,
+                   const std::vector<at::Tensor>& fresh_outputs) {
+  trace::SegmentOp op;
+  op.op = info.id;
+  op.signature = work.record.hash();
+  op.seq = work.seq;
+  op.inputs.reserve(work.record.tensors.size());
+  for (const auto& m : work.record.tensors) op.inputs.push_back(m.defined && m.device >= 0 ? m.storage : 0);
+  op.outputs.reserve(fresh_outputs.size());
+  for (const auto& t : fresh_outputs)
+    op.outputs.push_back(t.defined() ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl()) : 0);
+  StreamSegments& ss = segments(core, stream);
+  {
+    std::lock_guard lock(ss.mutex);
+    for (const auto& t : fresh_outputs)
+      ss.outputs.emplace_back(t.defined() ? c10::weak_intrusive_ptr<c10::TensorImpl>(
+                                                t.getIntrusivePtr())
+                                          : c10::weak_intrusive_ptr<c10::TensorImpl>(
+                                                c10::intrusive_ptr<c10::TensorImpl>()));
+    // Liveness is read at the cut: outputs the program already dropped are dead.
+    if (auto reason = ss.segmenter.add(op)) flush_locked(ss, *reason, core, stream);
+  }
+  if (trace::recording()) {
+    Event e;
+    e.time_ns = start_ns;
+    e.duration_ns = Recorder::instance().now_ns() - start_ns;
+    e.kind = static_cast<uint8_t>(EventKind::kOpDispatch);
+    e.seq = work.seq;
+    e.op = info.id;
+    e.value = op.signature;
+    e.core = static_cast<uint8_t>(core);
+    e.stream = static_cast<uint16_t>(stream);
+    Recorder::instance().emit(e);
+  }
+}
+
+void note_synchronous_op(const OpInfo& info) {
+  if (!observing()) return;
+  // A barrier: segments never contain it.
+  const c10::DeviceIndex core = current_device();
+  const int64_t stream = current_stream_id(core);
+  StreamSegments& ss = segments(core, stream);
+  {
+    std::lock_guard lock(ss.mutex);
+    flush_locked(ss, trace::CutReason::kBarrier, core, stream);
+  }
+  if (trace::recording()) {
+    Event e;
+    e.time_ns = Recorder::instance().now_ns();
+    e.kind = static_cast<uint8_t>(EventKind::kFallback);
+    e.op = info.id;
+    e.core = static_cast<uint8_t>(core);
+    e.value = Recorder::instance().intern_string(
+        info.synchronous_reason.empty() ? "Meta kernel failed for these arguments"
+                                        : info.synchronous_reason);
+    Recorder::instance().emit(e);
+  }
+}
+
+SyncScope::SyncScope(c10::DeviceIndex core, const char* cause) : core_(core), cause_(cause) {
+  if (!observing()) return;
+  for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
+    auto& slot = g_segments.at(static_cast<size_t>(core)).at(static_cast<size_t>(s));
+    if (!slot) continue;
+    std::lock_guard lock(slot->mutex);
+    flush_locked(*slot, trace::CutReason::kSync, core, s);
+  }
+  if (trace::recording()) start_ns_ = Recorder::instance().now_ns();
+}
+
+SyncScope::~SyncScope() {
+  if (start_ns_ == 0 || !trace::recording()) return;
+  auto& rec = Recorder::instance();
+  Event e;
+  e.time_ns = start_ns_;
+  e.duration_ns = rec.now_ns() - start_ns_;
+  e.kind = static_cast<uint8_t>(EventKind::kSync);
+  e.core = static_cast<uint8_t>(core_);
+  e.value = rec.intern_string(cause_);
+  // The Python stack of the first sync with this cause.
+  static std::mutex seen_mutex;
+  static std::unordered_set<std::string> seen;
+  bool first = false;
+  {
+    std::lock_guard lock(seen_mutex);
+    first = seen.insert(cause_).second;
+  }
+  if (first) {
+    if (auto capture = g_stack_capture.load()) {
+      std::string stack = capture();
+      if (!stack.empty()) e.aux = rec.intern_string(stack);
+    }
+  }
+  rec.emit(e);
+  emit_counters(core_, rec.now_ns());
+}
+
+void start_trace(const std::string& path) {
+  const Config& c = config();
+  const auto p = default_segment_policy();
+  std::string meta = "{\"format_version\":" + std::to_string(trace::kFormatVersion) +
+                     ",\"engine\":\"neuron-eager 0.1.0\",\"torch\":\"" TORCH_VERSION "\"" +
+                     ",\"mode\":\"" + mode_name(mode()) + "\",\"cores\":" +
+                     std::to_string(c.cores) + ",\"hbm_bytes\":" + std::to_string(c.hbm_bytes) +
+                     ",\"pid\":" + std::to_string(getpid()) +
+                     ",\"policy\":{\"name\":\"default\",\"hot_threshold\":3,\"max_segment_length\":" +
+                     std::to_string(p.max_length) + ",\"rolling_window\":" +
+                     std::to_string(p.rolling_window) + ",\"rolling_mask\":" +
+                     std::to_string(p.rolling_mask) + ",\"cut_after\":[";
+  for (size_t i = 0; i < p.cut_after.size(); ++i)
+    meta += (i ? ",\"" : "\"") + trace::OpRegistry::instance().name(p.cut_after[i]) + "\"";
+  meta += "]}}";
+  std::string error;
+  Recorder::instance().thread_id("host");
+  TORCH_CHECK(Recorder::instance().start(path, meta, error), "neuron: ", error);
+}
+
+uint64_t stop_trace() {
+  // Close open segments so their keys reach the file.
+  for (int core = 0; core < device_count(); ++core)
+    for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
+      auto& slot = g_segments.at(static_cast<size_t>(core)).at(static_cast<size_t>(s));
+      if (!slot) continue;
+      std::lock_guard lock(slot->mutex);
+      flush_locked(*slot, trace::CutReason::kFlush, static_cast<c10::DeviceIndex>(core), s);
+    }
+  return Recorder::instance().stop();
+}
+
+}  // namespace neuron::engine

@@ -1,0 +1,48 @@
+// What the engine tells the trace layer: op dispatches, syncs with their cause, ops run
+// synchronously, and the segments and keys of the op stream. Everything is a no-op
+// (one relaxed load) unless a trace is recording or adaptive mode needs the segments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/op_table.h"
+#include "engine/pch.h"
+#include "trace/recorder.h"
+#include "trace/trace_cache.h"
+
+namespace neuron::backend {
+class OpWork;
+}
+
+namespace neuron::engine {
+
+// Whether ops feed the segmenter (tracing on, or adaptive mode).
+bool observing();
+uint64_t next_seq();
+// After an op was queued: emits its dispatch event and feeds the segmenter.
+void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceIndex core,
+                   int64_t stream, uint64_t start_ns,
+                   const std::vector<at::Tensor>& fresh_outputs);
+void note_synchronous_op(const OpInfo& info);
+
+// Marks a host wait: closes open segments of the core and emits a Sync event on exit.
+class SyncScope {
+ public:
+  SyncScope(c10::DeviceIndex core, const char* cause);
+  ~SyncScope();
+
+ private:
+  c10::DeviceIndex core_;
+  const char* cause_;
+  uint64_t start_ns_ = 0;
+};
+
+// Starts/stops trace recording (metadata: mode, policy, versions).
+void start_trace(const std::string& path);
+uint64_t stop_trace();
+trace::TraceCache& trace_cache();
+// Set by the bindings: the Python stack of the calling thread, or "" outside Python.
+void set_stack_capture(std::string (*capture)());
+
+}  // namespace neuron::engine

@@ -1,0 +1,136 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "trace/segmenter.h"
+#include "trace/trace_cache.h"
+
+using namespace neuron::trace;
+
+namespace {
+
+// A synthetic training-loop body: op i reads the previous op's output (and a weight that
+// lives across iterations) and writes a fresh storage.
+struct Loop {
+  uint64_t next_storage = 1000;
+  uint64_t seq = 0;
+  std::vector<uint64_t> signatures = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+  uint64_t weight = 7;
+
+  std::vector<SegmentOp> iteration() {
+    std::vector<SegmentOp> ops;
+    uint64_t prev = 0;
+    for (size_t i = 0; i < signatures.size(); ++i) {
+      SegmentOp op;
+      op.op = static_cast<OpId>(i + 1);
+      op.signature = signatures[i];
+      op.inputs = {prev == 0 ? weight : prev, weight};
+      op.outputs = {next_storage++};
+      op.seq = seq++;
+      prev = op.outputs[0];
+      ops.push_back(op);
+    }
+    return ops;
+  }
+};
+
+std::set<uint64_t> steady_keys(size_t phase, SegmentPolicy policy) {
+  Loop loop;
+  Segmenter seg(policy);
+  std::vector<Segment> closed;
+  auto first = loop.iteration();
+  for (size_t i = phase; i < first.size(); ++i) seg.push(first[i], closed);  // start mid-loop
+  for (int it = 0; it < 6; ++it)
+    for (auto& op : loop.iteration()) seg.push(op, closed);
+  closed.clear();  // warm-up done: keep what steady iterations produce
+  for (int it = 0; it < 4; ++it)
+    for (auto& op : loop.iteration()) seg.push(op, closed);
+  std::set<uint64_t> keys;
+  for (auto& s : closed) keys.insert(s.key);
+  return keys;
+}
+
+SegmentOp op_with(uint64_t sig, std::vector<uint64_t> in, std::vector<uint64_t> out) {
+  SegmentOp op;
+  op.signature = sig;
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  return op;
+}
+
+}  // namespace
+
+TEST(Segmenter, SameLoopBodySameKeysAtAnyPhase) {
+  SegmentPolicy policy;
+  policy.rolling_mask = 0x3;
+  policy.cut_after = {5};  // a "matmul" in the middle of the body
+  auto reference = steady_keys(0, policy);
+  ASSERT_FALSE(reference.empty());
+  for (size_t phase = 1; phase < 12; ++phase) EXPECT_EQ(steady_keys(phase, policy), reference) << phase;
+}
+
+TEST(Segmenter, MaxLengthCuts) {
+  SegmentPolicy policy;
+  policy.use_rolling_cut = false;
+  policy.max_length = 5;
+  Segmenter seg(policy);
+  Loop loop;
+  std::vector<Segment> closed;
+  for (auto& op : loop.iteration()) seg.push(op, closed);
+  ASSERT_EQ(closed.size(), 2u);
+  EXPECT_EQ(closed[0].length, 5u);
+  EXPECT_EQ(closed[0].reason, CutReason::kMaxLength);
+  EXPECT_EQ(seg.open_length(), 2u);
+}
+
+TEST(Segmenter, BarrierClosesTheOpenSegment) {
+  Segmenter seg;
+  std::vector<Segment> closed;
+  seg.push(op_with(1, {5}, {6}), closed);
+  SegmentOp barrier = op_with(2, {6}, {7});
+  barrier.barrier = true;
+  seg.push(barrier, closed);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].reason, CutReason::kBarrier);
+  EXPECT_EQ(seg.open_length(), 0u);
+}
+
+TEST(SegmentKey, ChangesWithSignatureDataflowAliasingAndLiveness) {
+  auto key = [](std::vector<SegmentOp> ops, std::vector<bool> alive = {}) {
+    return make_segment(ops, CutReason::kFlush, alive).key;
+  };
+  // a = f(x, y); b = g(a, x)
+  const auto base = key({op_with(1, {100, 200}, {300}), op_with(2, {300, 100}, {400})});
+  // Same structure, other storages: same key.
+  EXPECT_EQ(base, key({op_with(1, {101, 201}, {301}), op_with(2, {301, 101}, {401})}));
+  // Signature (shape, dtype, stride, scalar) change: another key.
+  EXPECT_NE(base, key({op_with(9, {100, 200}, {300}), op_with(2, {300, 100}, {400})}));
+  // Dataflow: g reads y instead of x.
+  EXPECT_NE(base, key({op_with(1, {100, 200}, {300}), op_with(2, {300, 200}, {400})}));
+  // Dataflow: g reads an external value instead of f's output.
+  EXPECT_NE(base, key({op_with(1, {100, 200}, {300}), op_with(2, {500, 100}, {400})}));
+  // Aliasing: x and y are the same storage.
+  EXPECT_NE(base, key({op_with(1, {100, 100}, {300}), op_with(2, {300, 100}, {400})}));
+  // Liveness: f's output is dead after the segment.
+  EXPECT_NE(base, key({op_with(1, {100, 200}, {300}), op_with(2, {300, 100}, {400})}, {false, true}));
+}
+
+TEST(TraceCache, CountsHitsTurnsHotAndCatchesForcedCollisions) {
+  TraceCache cache(/*hot_threshold=*/3);
+  Segment a = make_segment({op_with(1, {1}, {2})}, CutReason::kFlush, {});
+  EXPECT_EQ(cache.observe(a, 0), TraceCache::Lookup::kMiss);
+  EXPECT_EQ(cache.observe(a, 1), TraceCache::Lookup::kHit);
+  uint64_t count = 0;
+  EXPECT_EQ(cache.observe(a, 2, &count), TraceCache::Lookup::kHit);
+  EXPECT_EQ(count, 3u);
+  SegmentEntry e;
+  ASSERT_TRUE(cache.find(a.key, e));
+  EXPECT_EQ(e.state, SegmentState::kHot);
+  // A different segment forced onto the same key is caught by verification.
+  Segment b = make_segment({op_with(2, {1}, {2})}, CutReason::kFlush, {});
+  b.key = a.key;
+  EXPECT_EQ(cache.observe(b, 3), TraceCache::Lookup::kCollision);
+  EXPECT_EQ(cache.stats().collisions, 1u);
+  auto s = cache.stats();
+  EXPECT_EQ(s.transitions[0][1], 1u);  // cold -> hot once
+}

@@ -1,0 +1,69 @@
+// Cuts the op stream into candidate segments by content, so a loop body yields the same
+// segments every iteration whatever its phase, and keys each segment with XXH3 over op
+// signatures, dataflow edges, aliasing of external inputs and liveness of outputs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "trace/event.h"
+#include "trace/op_record.h"
+
+namespace neuron::trace {
+
+struct SegmentPolicy {
+  uint32_t max_length = 256;        // cut when a segment reaches this many ops
+  uint32_t rolling_window = 4;      // ops hashed by the rolling content hash
+  uint64_t rolling_mask = 0xf;      // cut when the rolling hash & mask == 0 (~1 in 16)
+  std::vector<OpId> cut_after;      // matmul-class ops end a segment
+  bool use_rolling_cut = true;
+};
+
+// One op as the segmenter sees it.
+struct SegmentOp {
+  OpId op = 0;
+  uint64_t signature = 0;               // the op record's hash
+  std::vector<uint64_t> inputs;         // storage identities of tensor inputs (0: none)
+  std::vector<uint64_t> outputs;        // storage identities of fresh outputs
+  uint64_t seq = 0;
+  bool barrier = false;                 // cut before and after; never inside a segment
+};
+
+struct Segment {
+  uint64_t key = 0;
+  uint32_t length = 0;
+  uint64_t first_seq = 0;
+  CutReason reason = CutReason::kFlush;
+  std::vector<int64_t> words;           // the full canonical form the key hashes
+};
+
+class Segmenter {
+ public:
+  explicit Segmenter(SegmentPolicy policy = {});
+  // Adds one op; returns the reason to cut now, if any (the caller then calls flush,
+  // with liveness). A barrier op is not added: the open segment must close before it.
+  std::optional<CutReason> add(const SegmentOp& op);
+  // add() then flush() without liveness information.
+  void push(const SegmentOp& op, std::vector<Segment>& closed);
+  // Closes the open segment (sync, stream change, end). alive marks, per output of the
+  // segment in order, whether it is still referenced; empty = all alive.
+  std::optional<Segment> flush(CutReason reason, const std::vector<bool>& alive = {});
+  uint32_t open_length() const { return static_cast<uint32_t>(ops_.size()); }
+  // Outputs of the open segment, in order (for the caller's liveness check).
+  std::vector<uint64_t> open_outputs() const;
+  const SegmentPolicy& policy() const { return policy_; }
+
+ private:
+  bool content_cut(const SegmentOp& op);
+
+  SegmentPolicy policy_;
+  std::vector<SegmentOp> ops_;
+  std::vector<uint64_t> recent_;  // signatures of the last rolling_window ops (any segment)
+};
+
+// Canonical words and key of a sequence of ops (exposed for tests and replay).
+Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
+                     const std::vector<bool>& alive);
+
+}  // namespace neuron::trace
