@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <thread>
 
 #include "trace/log.h"
 
@@ -101,6 +102,18 @@ std::optional<Config> config_from_env(std::string& error) {
       return std::nullopt;
     }
     c.log_level = *v;
+  }
+  {
+    const unsigned hw = std::thread::hardware_concurrency();
+    c.worker_threads = hw > 1 ? static_cast<int>(hw) - 1 : 1;
+  }
+  if (auto v = env("NEURON_WORKER_THREADS")) {
+    long long n = 0;
+    if (!parse_int(*v, n) || n < 1 || n > 1024) {
+      error = bad("NEURON_WORKER_THREADS", *v, "an integer from 1 to 1024");
+      return std::nullopt;
+    }
+    c.worker_threads = static_cast<int>(n);
   }
   if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;

@@ -16,6 +16,7 @@ struct Config {
   int cores = 2;
   size_t hbm_bytes = size_t{8} << 30;  // 8 GiB per core
   std::string log_level = "warn";
+  int worker_threads = 1;  // intra-op threads of each stream worker
   std::string trace_path;
   std::string policy_path;
   std::string cache_dir;

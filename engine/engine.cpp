@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <mutex>
@@ -25,9 +26,16 @@ std::atomic<bool> g_initialized{false};
 std::atomic<Mode> g_mode{Mode::kEager};
 std::atomic<bool> g_launch_blocking{false};
 
-// Workers run CPU kernels with the intra-op thread count of the process, so reductions
-// split work exactly as CPU eager does (same partial sums, same bits).
-void init_worker_thread() { at::init_num_threads(); }
+// Workers run CPU kernels with their own intra-op thread count (NEURON_WORKER_THREADS,
+// default: all cores but one, which stays with the host thread that dispatches). With
+// as many threads as CPU eager uses, reductions split work the same way, bit for bit.
+// Set per thread through OpenMP, so CPU eager in the same process keeps its setting.
+void init_worker_thread() {
+  at::init_num_threads();
+  using SetThreads = void (*)(int);
+  static auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (set_threads != nullptr) set_threads(g_config.worker_threads);
+}
 
 }  // namespace
 
