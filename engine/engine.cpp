@@ -11,6 +11,7 @@
 #include "engine/counters.h"
 #include "engine/pch.h"
 #include "engine/recording.h"
+#include "fusion/policy.h"
 #include "trace/log.h"
 
 namespace neuron::engine {
@@ -47,6 +48,14 @@ const Config& init_from_env() {
     auto parsed = config_from_env(error);
     if (!parsed) return;
     g_config = *parsed;
+    if (!g_config.policy_path.empty()) {
+      auto policy = fusion::load_policy_file(g_config.policy_path, error);
+      if (!policy) {
+        error = "NEURON_FUSION_POLICY: " + error;
+        return;
+      }
+      set_active_policy(*policy);
+    }
     trace::LogLevel level;
     if (trace::parse_log_level(g_config.log_level, level)) trace::set_log_level(level);
     g_mode = g_config.mode;

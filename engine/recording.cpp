@@ -11,6 +11,7 @@
 #include "backend/op_work.h"
 #include "backend/runtime.h"
 #include "engine/engine.h"
+#include "fusion/policy.h"
 #include "trace/op_registry.h"
 #include "trace/segmenter.h"
 
@@ -24,15 +25,29 @@ using trace::Recorder;
 std::atomic<uint64_t> g_seq{0};
 std::atomic<std::string (*)()> g_stack_capture{nullptr};
 
-trace::SegmentPolicy default_segment_policy() {
+std::mutex g_policy_mutex;
+fusion::Policy g_policy;  // guarded by g_policy_mutex
+
+trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
   trace::SegmentPolicy p;
-  auto& reg = trace::OpRegistry::instance();
-  for (const char* name :
-       {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
-        "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_flash_attention_for_cpu_backward"})
-    p.cut_after.push_back(reg.intern(name));
+  p.max_length = policy.max_segment_length;
+  p.rolling_window = policy.rolling_window;
+  p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
+  p.use_rolling_cut = policy.rolling_bits > 0;
+  if (policy.cut_after_matmul) {
+    auto& reg = trace::OpRegistry::instance();
+    for (const char* name :
+         {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
+          "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention_for_cpu",
+          "aten::_scaled_dot_product_flash_attention_for_cpu_backward"})
+      p.cut_after.push_back(reg.intern(name));
+  }
   return p;
+}
+
+trace::SegmentPolicy default_segment_policy() {
+  std::lock_guard lock(g_policy_mutex);
+  return segment_policy_of(g_policy);
 }
 
 // One segmenter per (core, stream): segments never span streams. Output tensors are
@@ -114,6 +129,27 @@ void flush_locked(StreamSegments& ss, trace::CutReason reason, c10::DeviceIndex 
 trace::TraceCache& trace_cache() {
   static auto* cache = new trace::TraceCache(3);
   return *cache;
+}
+
+fusion::Policy active_policy() {
+  std::lock_guard lock(g_policy_mutex);
+  return g_policy;
+}
+
+void set_active_policy(const fusion::Policy& policy) {
+  {
+    std::lock_guard lock(g_policy_mutex);
+    g_policy = policy;
+  }
+  trace_cache().set_hot_threshold(policy.hot_threshold);
+  // Open segments close; new segmenters follow the new policy.
+  for (auto& core : g_segments)
+    for (auto& slot : core) {
+      if (!slot) continue;
+      std::lock_guard lock(slot->mutex);
+      slot->outputs.clear();
+      slot->segmenter = trace::Segmenter(default_segment_policy());
+    }
 }
 
 bool observing() { return trace::recording() || mode() == Mode::kAdaptive; }
@@ -222,19 +258,12 @@ SyncScope::~SyncScope() {
 
 void start_trace(const std::string& path) {
   const Config& c = config();
-  const auto p = default_segment_policy();
   std::string meta = "{\"format_version\":" + std::to_string(trace::kFormatVersion) +
                      ",\"engine\":\"neuron-eager 0.1.0\",\"torch\":\"" TORCH_VERSION "\"" +
                      ",\"mode\":\"" + mode_name(mode()) + "\",\"cores\":" +
                      std::to_string(c.cores) + ",\"hbm_bytes\":" + std::to_string(c.hbm_bytes) +
                      ",\"pid\":" + std::to_string(getpid()) +
-                     ",\"policy\":{\"name\":\"default\",\"hot_threshold\":3,\"max_segment_length\":" +
-                     std::to_string(p.max_length) + ",\"rolling_window\":" +
-                     std::to_string(p.rolling_window) + ",\"rolling_mask\":" +
-                     std::to_string(p.rolling_mask) + ",\"cut_after\":[";
-  for (size_t i = 0; i < p.cut_after.size(); ++i)
-    meta += (i ? ",\"" : "\"") + trace::OpRegistry::instance().name(p.cut_after[i]) + "\"";
-  meta += "]}}";
+                     ",\"policy\":" + fusion::policy_json(active_policy()) + "}";
   std::string error;
   Recorder::instance().thread_id("host");
   TORCH_CHECK(Recorder::instance().start(path, meta, error), "neuron: ", error);

@@ -8,6 +8,7 @@
 
 #include "engine/op_table.h"
 #include "engine/pch.h"
+#include "fusion/policy.h"
 #include "trace/recorder.h"
 #include "trace/trace_cache.h"
 
@@ -42,6 +43,9 @@ class SyncScope {
 void start_trace(const std::string& path);
 uint64_t stop_trace();
 trace::TraceCache& trace_cache();
+// The fusion policy in force (segmenting knobs apply to new segments at once).
+fusion::Policy active_policy();
+void set_active_policy(const fusion::Policy& policy);
 // Set by the bindings: the Python stack of the calling thread, or "" outside Python.
 void set_stack_capture(std::string (*capture)());
 

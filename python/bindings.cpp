@@ -7,6 +7,7 @@
 #include "backend/runtime.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
+#include "fusion/policy.h"
 #include "trace/recorder.h"
 
 namespace py = pybind11;
@@ -164,6 +165,29 @@ PYBIND11_MODULE(_C, m) {
       events = engine::stop_trace();
     }
     return py::make_tuple(events, trace::Recorder::instance().bytes_written());
+  });
+  m.def("policy_json", [] { return fusion::policy_json(engine::active_policy()); });
+  m.def("policy_knobs", [] { return fusion::describe_policy_knobs(); });
+  m.def("builtin_policies", [] { return fusion::builtin_policy_names(); });
+  m.def("set_policy_builtin", [](const std::string& name) {
+    auto p = fusion::builtin_policy(name);
+    if (!p) throw py::value_error("neuron: unknown built-in policy '" + name +
+                                  "' (allowed: default, aggressive, conservative, never)");
+    engine::set_active_policy(*p);
+  });
+  m.def("set_policy_file", [](const std::string& path) {
+    std::string error;
+    auto p = fusion::load_policy_file(path, error);
+    if (!p) throw py::value_error("neuron: " + error);
+    engine::set_active_policy(*p);
+  });
+  m.def("set_policy_values", [](const std::string& base, const std::vector<std::pair<std::string, std::string>>& values) {
+    auto p = fusion::builtin_policy(base);
+    if (!p) throw py::value_error("neuron: unknown built-in policy '" + base + "'");
+    std::string error;
+    for (const auto& [k, v] : values)
+      if (!fusion::set_policy_value(*p, k, v, error)) throw py::value_error("neuron: " + error);
+    engine::set_active_policy(*p);
   });
   m.def("trace_active", [] { return trace::recording(); });
   m.def("trace_path", [] { return trace::Recorder::instance().path(); });

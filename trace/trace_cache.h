@@ -41,6 +41,10 @@ class TraceCache {
   bool transition(uint64_t key, SegmentState to);
   bool find(uint64_t key, SegmentEntry& out) const;
   Stats stats() const;
+  void set_hot_threshold(uint64_t n) {
+    std::lock_guard lock(mutex_);
+    hot_threshold_ = n;
+  }
   size_t size() const;
   void clear();
 

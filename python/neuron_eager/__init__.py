@@ -66,4 +66,36 @@ def reset_counters() -> None:
 
 
 __all__ = ["get_mode", "set_mode", "launch_blocking", "set_launch_blocking", "pending_work",
-           "counters", "reset_counters", "MODES"]
+           "counters", "reset_counters", "MODES", "get_policy", "set_policy"]
+
+
+def get_policy() -> dict:
+    """The fusion policy in force, every knob by name."""
+    import json
+
+    return json.loads(_C.policy_json())
+
+
+def set_policy(policy) -> None:
+    """Selects the fusion policy: a built-in name (default, aggressive, conservative,
+    never), a policy file path, or a dict of knobs (optionally with "base": NAME).
+    A bad policy raises ValueError naming the key and the allowed values."""
+    import os
+
+    if isinstance(policy, dict):
+        values = dict(policy)
+        base = str(values.pop("base", "default"))
+        items = []
+        for key, value in values.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, (list, tuple)):
+                value = ",".join(str(v) for v in value)
+            items.append((str(key), str(value)))
+        _C.set_policy_values(base, items)
+    elif isinstance(policy, str) and policy in _C.builtin_policies():
+        _C.set_policy_builtin(policy)
+    elif isinstance(policy, (str, os.PathLike)):
+        _C.set_policy_file(os.fspath(policy))
+    else:
+        raise TypeError(f"neuron: set_policy expects a built-in name, a path or a dict, got {policy!r}")

@@ -253,7 +253,8 @@ def test_corrupt_chunks(tmp_path):
     msg = err(b"PK\x03\x04" + good[4:], tmp_path)
     assert "not a neuron trace file (bad magic" in msg and "(at byte offset 0)" in msg
     msg = err(good + b"junk", tmp_path)
-    assert "after the end chunk" in msg or "truncated" in msg
+    assert "4 unexpected bytes after the end chunk" in msg
+    assert f"(at byte offset {len(good)})" in msg
 
 
 def test_newer_version_is_rejected(tmp_path):

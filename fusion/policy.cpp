@@ -1,0 +1,259 @@
+#include "fusion/policy.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace neuron::fusion {
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+bool parse_uint(const std::string& v, uint64_t lo, uint64_t hi, uint32_t& out) {
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 12)
+    return false;
+  uint64_t n = std::strtoull(v.c_str(), nullptr, 10);
+  if (n < lo || n > hi) return false;
+  out = static_cast<uint32_t>(n);
+  return true;
+}
+
+bool parse_double(const std::string& v, double lo, double hi, double& out) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || end == nullptr || *end != '\0' || !std::isfinite(d) || d < lo || d > hi)
+    return false;
+  out = d;
+  return true;
+}
+
+bool parse_bool(const std::string& v, bool& out) {
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return out = true, true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return out = false, true;
+  return false;
+}
+
+struct Knob {
+  const char* name;
+  const char* range;
+  const char* meaning;
+  std::function<bool(Policy&, const std::string&)> set;
+  std::function<std::string(const Policy&)> get;
+};
+
+std::string fmt(double d) {
+  std::ostringstream s;
+  s << d;
+  return s.str();
+}
+
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> k = {
+      {"name", "any text", "a label written into traces",
+       [](Policy& p, const std::string& v) { p.name = v; return !v.empty(); },
+       [](const Policy& p) { return "\"" + p.name + "\""; }},
+      {"hot_threshold", "integer 1..1000000", "occurrences before a segment may compile",
+       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 1000000, p.hot_threshold); },
+       [](const Policy& p) { return std::to_string(p.hot_threshold); }},
+      {"max_segment_length", "integer 1..4096", "ops per segment at most",
+       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 4096, p.max_segment_length); },
+       [](const Policy& p) { return std::to_string(p.max_segment_length); }},
+      {"rolling_window", "integer 1..64", "ops hashed by the rolling content hash",
+       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 64, p.rolling_window); },
+       [](const Policy& p) { return std::to_string(p.rolling_window); }},
+      {"rolling_bits", "integer 0..16 (0 disables content cuts)",
+       "content cut when that many low hash bits are zero",
+       [](Policy& p, const std::string& v) { return parse_uint(v, 0, 16, p.rolling_bits); },
+       [](const Policy& p) { return std::to_string(p.rolling_bits); }},
+      {"cut_after_matmul", "true or false", "matmul-class ops end a segment",
+       [](Policy& p, const std::string& v) { return parse_bool(v, p.cut_after_matmul); },
+       [](const Policy& p) { return std::string(p.cut_after_matmul ? "true" : "false"); }},
+      {"lift_scalars", "true or false", "scalar arguments become program inputs",
+       [](Policy& p, const std::string& v) { return parse_bool(v, p.lift_scalars); },
+       [](const Policy& p) { return std::string(p.lift_scalars ? "true" : "false"); }},
+      {"specialize_shapes", "true or false", "one program per shape",
+       [](Policy& p, const std::string& v) { return parse_bool(v, p.specialize_shapes); },
+       [](const Policy& p) { return std::string(p.specialize_shapes ? "true" : "false"); }},
+      {"tier", "instant, native or auto", "which compiler builds hot segments",
+       [](Policy& p, const std::string& v) {
+         if (v == "instant") p.tier = Tier::kInstant;
+         else if (v == "native") p.tier = Tier::kNative;
+         else if (v == "auto") p.tier = Tier::kAuto;
+         else return false;
+         return true;
+       },
+       [](const Policy& p) {
+         return std::string(p.tier == Tier::kInstant ? "\"instant\""
+                            : p.tier == Tier::kNative ? "\"native\"" : "\"auto\"");
+       }},
+      {"min_fusible_ops", "integer 1..4096", "smaller groups stay per op",
+       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 4096, p.min_fusible_ops); },
+       [](const Policy& p) { return std::to_string(p.min_fusible_ops); }},
+      {"compile_cost_us_instant", "number 0..1e9", "cost gate: expected cost of a tier-1 build (us)",
+       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e9, p.compile_cost_us_instant); },
+       [](const Policy& p) { return fmt(p.compile_cost_us_instant); }},
+      {"compile_cost_us_native", "number 0..1e10", "cost gate: expected cost of a native build (us)",
+       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e10, p.compile_cost_us_native); },
+       [](const Policy& p) { return fmt(p.compile_cost_us_native); }},
+      {"expected_repeats", "number 0..1e12", "repeats assumed for a hot segment",
+       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e12, p.expected_repeats); },
+       [](const Policy& p) { return fmt(p.expected_repeats); }},
+      {"per_op_saving_us", "number 0..1e6", "saving per fused op per run (us)",
+       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e6, p.per_op_saving_us); },
+       [](const Policy& p) { return fmt(p.per_op_saving_us); }},
+      {"fusible_ops", "comma-separated op names (aten::add.Tensor, ...)",
+       "ops that may join a fused group; empty: the built-in elementwise set",
+       [](Policy& p, const std::string& v) {
+         p.fusible_ops.clear();
+         std::stringstream ss(v);
+         std::string item;
+         while (std::getline(ss, item, ',')) {
+           item = trim(item);
+           if (item.empty()) continue;
+           if (item.find("::") == std::string::npos) return false;
+           p.fusible_ops.push_back(item);
+         }
+         return true;
+       },
+       [](const Policy& p) {
+         std::string s = "[";
+         for (size_t i = 0; i < p.fusible_ops.size(); ++i)
+           s += (i ? ",\"" : "\"") + p.fusible_ops[i] + "\"";
+         return s + "]";
+       }},
+  };
+  return k;
+}
+
+std::string knob_names() {
+  std::string s;
+  for (const auto& k : knobs()) s += (s.empty() ? "" : ", ") + std::string(k.name);
+  return s + ", base";
+}
+
+}  // namespace
+
+bool Policy::should_compile(uint32_t n, Tier t) const {
+  if (n < min_fusible_ops) return false;
+  const double cost = t == Tier::kNative ? compile_cost_us_native : compile_cost_us_instant;
+  return per_op_saving_us * n * expected_repeats > cost;
+}
+
+std::optional<Policy> builtin_policy(const std::string& name) {
+  Policy p;
+  p.name = name;
+  if (name == "default") return p;
+  if (name == "aggressive") {
+    p.hot_threshold = 2;
+    p.max_segment_length = 1024;
+    p.min_fusible_ops = 1;
+    p.expected_repeats = 1000;
+    return p;
+  }
+  if (name == "conservative") {
+    p.hot_threshold = 20;
+    p.max_segment_length = 64;
+    p.min_fusible_ops = 4;
+    p.expected_repeats = 20;
+    p.tier = Tier::kInstant;
+    return p;
+  }
+  if (name == "never") {
+    p.hot_threshold = 1000000;
+    p.expected_repeats = 0;
+    return p;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> builtin_policy_names() {
+  return {"default", "aggressive", "conservative", "never"};
+}
+
+bool set_policy_value(Policy& policy, const std::string& key, const std::string& value,
+                      std::string& error) {
+  for (const auto& k : knobs()) {
+    if (key != k.name) continue;
+    Policy trial = policy;
+    if (!k.set(trial, value)) {
+      error = "policy key '" + key + "': value '" + value + "' is not valid: expected " + k.range;
+      return false;
+    }
+    policy = trial;
+    return true;
+  }
+  error = "unknown policy key '" + key + "' (allowed: " + knob_names() + ")";
+  return false;
+}
+
+std::optional<Policy> parse_policy(const std::string& text, const std::string& origin,
+                                   std::string& error) {
+  Policy p;
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    const std::string where = origin + " line " + std::to_string(number) + ": ";
+    if (eq == std::string::npos) {
+      error = where + "expected 'key = value', got '" + line + "'";
+      return std::nullopt;
+    }
+    std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+      value = value.substr(1, value.size() - 2);
+    if (key == "base") {
+      auto base = builtin_policy(value);
+      if (!base) {
+        error = where + "policy key 'base': unknown built-in policy '" + value +
+                "' (allowed: default, aggressive, conservative, never)";
+        return std::nullopt;
+      }
+      p = *base;
+      continue;
+    }
+    std::string why;
+    if (!set_policy_value(p, key, value, why)) {
+      error = where + why;
+      return std::nullopt;
+    }
+  }
+  return p;
+}
+
+std::optional<Policy> load_policy_file(const std::string& path, std::string& error) {
+  std::ifstream f(path);
+  if (!f) {
+    error = "cannot read policy file '" + path + "'";
+    return std::nullopt;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_policy(ss.str(), "policy file '" + path + "'", error);
+}
+
+std::string policy_json(const Policy& p) {
+  std::string s = "{";
+  for (const auto& k : knobs()) s += (s.size() > 1 ? ",\"" : "\"") + std::string(k.name) + "\":" + k.get(p);
+  return s + "}";
+}
+
+std::string describe_policy_knobs() {
+  Policy d;
+  std::string s;
+  for (const auto& k : knobs())
+    s += std::string(k.name) + " (default " + k.get(d) + "; " + k.range + "): " + k.meaning + "\n";
+  return s;
+}
+
+}  // namespace neuron::fusion

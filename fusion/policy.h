@@ -1,0 +1,55 @@
+// Every fusion heuristic in one unit, with named defaults: how hot a segment must be,
+// where segments are cut, which ops may fuse, scalar lifting, shape specialisation, tier
+// choice and the cost gate. Loadable from a policy file (NEURON_FUSION_POLICY) or from
+// Python; correctness never depends on these values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace neuron::fusion {
+
+enum class Tier { kInstant, kNative, kAuto };
+
+struct Policy {
+  std::string name = "default";
+  uint32_t hot_threshold = 3;         // occurrences before a segment may compile
+  uint32_t max_segment_length = 256;  // ops per segment at most
+  uint32_t rolling_window = 4;        // ops in the rolling content hash
+  uint32_t rolling_bits = 4;          // content cut when the low bits are zero (~1 in 2^bits)
+  bool cut_after_matmul = true;       // matmul-class ops end a segment
+  bool lift_scalars = true;           // scalar arguments become program inputs
+  bool specialize_shapes = true;      // one program per shape (false: shape-generic)
+  Tier tier = Tier::kAuto;
+  uint32_t min_fusible_ops = 2;       // smaller groups stay per op
+  double compile_cost_us_instant = 20.0;     // cost gate: expected cost of a tier-1 build
+  double compile_cost_us_native = 200000.0;  // and of a native (tier-2) build
+  double expected_repeats = 100.0;           // repeats assumed for a hot segment
+  double per_op_saving_us = 2.0;             // saving per fused op per run
+  std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
+
+  // Whether compiling a segment of n fusible ops pays: saving x repeats > compile cost.
+  bool should_compile(uint32_t fusible_ops_in_segment, Tier tier_to_build) const;
+};
+
+// The built-in policies: default, aggressive, conservative, never.
+std::optional<Policy> builtin_policy(const std::string& name);
+std::vector<std::string> builtin_policy_names();
+
+// Parses a policy file: `key = value` lines, `#` comments; `base = NAME` starts from a
+// built-in policy. On a bad file returns std::nullopt and sets error to one message
+// naming the file, the line, the key and what is allowed.
+std::optional<Policy> parse_policy(const std::string& text, const std::string& origin,
+                                   std::string& error);
+std::optional<Policy> load_policy_file(const std::string& path, std::string& error);
+// Sets one knob by name (Python's policy objects use this); false + error when invalid.
+bool set_policy_value(Policy& policy, const std::string& key, const std::string& value,
+                      std::string& error);
+// The policy as JSON, for traces and tools.
+std::string policy_json(const Policy& policy);
+// The documented knobs: name, default, range and meaning, one per line.
+std::string describe_policy_knobs();
+
+}  // namespace neuron::fusion
