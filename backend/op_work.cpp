@@ -1,6 +1,8 @@
 #include "backend/op_work.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/List.h>
+#include <dlfcn.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -185,9 +187,34 @@ struct ExecuteEvent {
 
 }  // namespace
 
+namespace {
+// ATen splits work in chunks of this many elements (at::internal::GRAIN_SIZE).
+constexpr int64_t kGrainSize = 32768;
+std::atomic<int> g_large_threads{1};
+thread_local int t_threads = -1;
+using SetThreads = void (*)(int);
+SetThreads omp_setter() {
+  static auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  return f;
+}
+}  // namespace
+
+void set_large_item_threads(int threads) { g_large_threads.store(std::max(1, threads)); }
+
+void set_item_threads(int64_t elements) {
+  const int want = elements >= kGrainSize ? g_large_threads.load() : 1;
+  if (want == t_threads) return;
+  if (auto f = omp_setter()) f(want);
+  t_threads = want;
+}
+
 void OpWork::run() {
   ExecuteEvent event(*this);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  int64_t elements = 0;
+  for (const auto& m : record.tensors) elements = std::max(elements, m.numel());
+  for (const auto& m : output_metas) elements = std::max(elements, m.numel());
+  set_item_threads(elements);
   torch::jit::Stack stack;
   if (out_op) {
     build_stack(stack, /*with_outputs=*/true);

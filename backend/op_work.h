@@ -38,6 +38,12 @@ struct ArgSlot {
   uint32_t count = 0;
 };
 
+// Intra-op threads for one work item on the worker: small items run on one thread (ATen
+// does not split them anyway, so results are the same) and large ones use every thread
+// CPU eager would use, so their reductions split the same way, bit for bit.
+void set_item_threads(int64_t elements);
+void set_large_item_threads(int threads);
+
 class OpWork final : public WorkItem {
  public:
   void run() override;
@@ -65,10 +71,33 @@ class OpWork final : public WorkItem {
   OpWork() : op(dummy_handle()) {}
   OpWork(const c10::OperatorHandle& handle) : op(handle) {}
 
+  // The arguments with each tensor slot taken from map(index into record.tensors);
+  // out= arguments are not added.
+  template <typename Map>
+  void build_stack_mapped(torch::jit::Stack& stack, Map&& map) const;
+
  private:
   static c10::OperatorHandle dummy_handle();
   void build_stack(torch::jit::Stack& stack, bool with_outputs) const;
   void copy_results(const torch::jit::Stack& stack) const;
 };
+
+template <typename Map>
+void OpWork::build_stack_mapped(torch::jit::Stack& stack, Map&& map) const {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ArgSlot& slot = slots[i];
+    if (slot.kind == SlotKind::kTensor) {
+      at::Tensor t = map(slot.first);
+      if (t.defined())
+        stack.emplace_back(std::move(t));
+      else
+        stack.emplace_back();
+    } else if (slot.kind == SlotKind::kValue) {
+      stack.push_back(values[i]);
+    } else {
+      TORCH_CHECK(false, "neuron: tensor lists cannot run in a tile group");
+    }
+  }
+}
 
 }  // namespace neuron::backend

@@ -103,10 +103,6 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.log_level = *v;
   }
-  {
-    const unsigned hw = std::thread::hardware_concurrency();
-    c.worker_threads = hw > 1 ? static_cast<int>(hw) - 1 : 1;
-  }
   if (auto v = env("NEURON_WORKER_THREADS")) {
     long long n = 0;
     if (!parse_int(*v, n) || n < 1 || n > 1024) {

@@ -16,7 +16,7 @@ struct Config {
   int cores = 2;
   size_t hbm_bytes = size_t{8} << 30;  // 8 GiB per core
   std::string log_level = "warn";
-  int worker_threads = 1;  // intra-op threads of each stream worker
+  int worker_threads = 0;  // intra-op threads for large work items; 0: CPU eager's count
   std::string trace_path;
   std::string policy_path;
   std::string cache_dir;

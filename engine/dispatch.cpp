@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/op_table.h"
 #include "engine/recording.h"
+#include "engine/stream_state.h"
 #include "engine/pch.h"
 #include "engine/tensor_factory.h"
 #include "trace/shape_cache.h"
@@ -380,6 +381,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         const c10::IValue& base = args[static_cast<size_t>(ri.alias_arg)];
         const at::Tensor& b = base.isTensor() ? base.toTensor()
                                               : base.toTensorList().get(list_index);
+        if (observe) note_view(b);
         return view_of(b, m);
       }
       work->output_metas.push_back(m);
@@ -414,7 +416,6 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       work->out_refused = &info.out_refused;
     }
     backend::Stream& stream = current_stream(device);
-    const OpWork* queued = work.get();
     if (observe) {
       work->seq = next_seq();
       work->core = static_cast<uint8_t>(device);
@@ -428,10 +429,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         if (v.isTensorList())
           for (const at::Tensor& t : v.toTensorList()) fresh.push_back(t);
       }
-      note_dispatch(*queued, info, device, stream.id(), start_ns, fresh);
+      note_dispatch(work, info, device, stream.id(), start_ns, fresh);
       fresh.clear();
     }
-    stream.enqueue(std::move(work));
+    if (work) stream.enqueue(std::move(work));
     bump(g_counters.ops_queued);
     if (launch_blocking()) synchronize_stream(stream, "NEURON_LAUNCH_BLOCKING");
   }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "backend/runtime.h"
+#include "backend/op_work.h"
 #include "engine/counters.h"
 #include "engine/pch.h"
 #include "engine/recording.h"
@@ -27,15 +28,12 @@ std::atomic<bool> g_initialized{false};
 std::atomic<Mode> g_mode{Mode::kEager};
 std::atomic<bool> g_launch_blocking{false};
 
-// Workers run CPU kernels with their own intra-op thread count (NEURON_WORKER_THREADS,
-// default: all cores but one, which stays with the host thread that dispatches). With
-// as many threads as CPU eager uses, reductions split work the same way, bit for bit.
-// Set per thread through OpenMP, so CPU eager in the same process keeps its setting.
+// Workers set their OpenMP thread count per item (backend::set_item_threads): one thread
+// for small items, so helper threads do not spin against the dispatching host thread,
+// and NEURON_WORKER_THREADS (default: CPU eager's intra-op count) for large ones.
 void init_worker_thread() {
   at::init_num_threads();
-  using SetThreads = void (*)(int);
-  static auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (set_threads != nullptr) set_threads(g_config.worker_threads);
+  backend::set_item_threads(0);
 }
 
 }  // namespace
@@ -60,6 +58,8 @@ const Config& init_from_env() {
     if (trace::parse_log_level(g_config.log_level, level)) trace::set_log_level(level);
     g_mode = g_config.mode;
     g_launch_blocking = g_config.launch_blocking;
+    backend::set_large_item_threads(g_config.worker_threads > 0 ? g_config.worker_threads
+                                                                 : at::get_num_threads());
     backend::Stream::set_thread_init(&init_worker_thread);
     backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
     register_device_hooks();

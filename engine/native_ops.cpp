@@ -15,6 +15,7 @@
 #include "engine/counters.h"
 #include "engine/dispatch.h"
 #include "engine/engine.h"
+#include "engine/stream_state.h"
 #include "engine/pch.h"
 #include "engine/tensor_factory.h"
 
@@ -189,17 +190,45 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 
 void record_stream(at::Tensor&, c10::Stream) {}
 
+
+// Views are pure metadata; the adaptive controller only needs to know one was taken.
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> offset) {
+  note_view(self);
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  note_view(self);
+  return at::native::view(self, size);
+}
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  note_view(self);
+  return at::native::_reshape_alias(self, size, stride);
+}
+at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
+  note_view(self);
+  return at::native::unfold(self, dim, size, step);
+}
+at::Tensor view_as_real(const at::Tensor& self) {
+  note_view(self);
+  return at::native::view_as_real(self);
+}
+at::Tensor view_as_complex(const at::Tensor& self) {
+  note_view(self);
+  return at::native::view_as_complex(self);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
-  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
-  m.impl("view", TORCH_FN(at::native::view));
-  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  m.impl("unfold", TORCH_FN(at::native::unfold));
-  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("unfold", TORCH_FN(unfold));
+  m.impl("view_as_real", TORCH_FN(view_as_real));
+  m.impl("view_as_complex", TORCH_FN(view_as_complex));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage", TORCH_FN(set_storage));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));

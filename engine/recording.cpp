@@ -3,6 +3,8 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <array>
 #include <memory>
 #include <mutex>
@@ -13,9 +15,13 @@
 #include "engine/engine.h"
 #include "fusion/policy.h"
 #include "trace/op_registry.h"
+#include "engine/stream_state.h"
 #include "trace/segmenter.h"
 
 namespace neuron::engine {
+
+bool any_window_open();  // adaptive.cpp
+
 namespace {
 
 using trace::Event;
@@ -50,26 +56,8 @@ trace::SegmentPolicy default_segment_policy() {
   return segment_policy_of(g_policy);
 }
 
-// One segmenter per (core, stream): segments never span streams. Output tensors are
-// held weakly so the key can say which outputs are still referenced at the cut.
-struct StreamSegments {
-  std::mutex mutex;
-  trace::Segmenter segmenter{default_segment_policy()};
-  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> outputs;  // open segment's outputs
-  std::vector<uint64_t> host_ns;
-};
-
-std::array<std::array<std::unique_ptr<StreamSegments>, backend::kMaxStreamsPerCore>, 64> g_segments;
-std::mutex g_segments_mutex;
-
-StreamSegments& segments(c10::DeviceIndex core, int64_t stream) {
-  auto& slot = g_segments.at(static_cast<size_t>(core)).at(static_cast<size_t>(stream));
-  if (!slot) {
-    std::lock_guard lock(g_segments_mutex);
-    if (!slot) slot = std::make_unique<StreamSegments>();
-  }
-  return *slot;
-}
+std::array<std::array<std::unique_ptr<StreamState>, backend::kMaxStreamsPerCore>, 64> g_states;
+std::mutex g_states_mutex;
 
 void emit_counters(c10::DeviceIndex core, uint64_t now) {
   if (!trace::recording()) return;
@@ -88,11 +76,11 @@ void emit_counters(c10::DeviceIndex core, uint64_t now) {
   Recorder::instance().emit(q);
 }
 
-void observe_segment(const trace::Segment& s, c10::DeviceIndex core, int64_t stream) {
+uint64_t observe_segment(const trace::Segment& s, c10::DeviceIndex core, int64_t stream) {
   const uint64_t now = Recorder::instance().now_ns();
   uint64_t count = 0;
   auto lookup = trace_cache().observe(s, now, &count);
-  if (!trace::recording()) return;
+  if (!trace::recording()) return count;
   Event cut;
   cut.time_ns = now;
   cut.kind = static_cast<uint8_t>(EventKind::kSegmentCut);
@@ -110,18 +98,38 @@ void observe_segment(const trace::Segment& s, c10::DeviceIndex core, int64_t str
   key.flags = lookup == trace::TraceCache::Lookup::kCollision ? 1 : 0;
   Recorder::instance().emit(key);
   emit_counters(core, now);
+  return count;
 }
 
 // Closes the open segment of one stream (the caller holds its mutex).
-void flush_locked(StreamSegments& ss, trace::CutReason reason, c10::DeviceIndex core,
+void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex core,
                   int64_t stream) {
-  if (ss.segmenter.open_length() == 0) return;
+  if (ss.segmenter.open_length() == 0) {
+    ss.outputs.clear();
+    ss.plan.clear();
+    return;
+  }
+  // An output is alive if the program still holds it, or holds a view of its storage.
   std::vector<bool> alive;
   alive.reserve(ss.outputs.size());
-  for (auto& w : ss.outputs) alive.push_back(w.use_count() > 0);
+  const auto open_outputs = ss.segmenter.open_outputs();
+  for (size_t i = 0; i < ss.outputs.size(); ++i) {
+    bool viewed = i < open_outputs.size() &&
+                  std::find(ss.viewed.begin(), ss.viewed.end(), open_outputs[i]) != ss.viewed.end();
+    alive.push_back(viewed || ss.outputs[i].use_count() > 0);
+  }
+  ss.viewed.clear();
   auto s = ss.segmenter.flush(reason, alive);
   ss.outputs.clear();
-  if (s) observe_segment(*s, core, stream);
+  if (!s) return;
+  const uint64_t count = observe_segment(*s, core, stream);
+  // Liveness of each op's outputs, for the planner.
+  size_t k = 0;
+  for (auto& op : ss.plan) {
+    op.alive.assign(op.outputs.size(), true);
+    for (size_t o = 0; o < op.outputs.size(); ++o, ++k) op.alive[o] = k < alive.size() ? alive[k] : true;
+  }
+  adaptive_cut(ss, *s, count, core, stream);
 }
 
 }  // namespace
@@ -143,13 +151,53 @@ void set_active_policy(const fusion::Policy& policy) {
   }
   trace_cache().set_hot_threshold(policy.hot_threshold);
   // Open segments close; new segmenters follow the new policy.
-  for (auto& core : g_segments)
+  flush_all_windows();
+  for (auto& core : g_states)
     for (auto& slot : core) {
       if (!slot) continue;
       std::lock_guard lock(slot->mutex);
-      slot->outputs.clear();
       slot->segmenter = trace::Segmenter(default_segment_policy());
     }
+}
+
+trace::SegmentPolicy current_segment_policy() { return default_segment_policy(); }
+
+StreamState& stream_state(c10::DeviceIndex core, int64_t stream) {
+  auto& slot = g_states.at(static_cast<size_t>(core)).at(static_cast<size_t>(stream));
+  if (!slot) {
+    std::lock_guard lock(g_states_mutex);
+    if (!slot) slot = std::make_unique<StreamState>(default_segment_policy());
+  }
+  return *slot;
+}
+
+StreamState* find_stream_state(c10::DeviceIndex core, int64_t stream) {
+  return g_states.at(static_cast<size_t>(core)).at(static_cast<size_t>(stream)).get();
+}
+
+void flush_windows(c10::DeviceIndex core) {
+  if (!observing() && !any_window_open()) return;
+  for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
+    StreamState* st = find_stream_state(core, s);
+    if (st == nullptr) continue;
+    std::lock_guard lock(st->mutex);
+    flush_locked(*st, trace::CutReason::kSync, core, s);
+  }
+}
+
+void note_view(const at::Tensor& base) {
+  if (!observing() || !base.defined() || !base.has_storage()) return;
+  const c10::DeviceIndex core = base.device().index();
+  StreamState* st = find_stream_state(core, current_stream_id(core));
+  if (st == nullptr) return;
+  std::lock_guard lock(st->mutex);
+  const uint64_t id = reinterpret_cast<uint64_t>(base.storage().unsafeGetStorageImpl());
+  if (std::find(st->viewed.begin(), st->viewed.end(), id) == st->viewed.end()) st->viewed.push_back(id);
+}
+
+void flush_all_windows() {
+  if (!backend::initialized()) return;
+  for (int core = 0; core < device_count(); ++core) flush_windows(static_cast<c10::DeviceIndex>(core));
 }
 
 bool observing() { return trace::recording() || mode() == Mode::kAdaptive; }
@@ -158,9 +206,10 @@ uint64_t next_seq() { return g_seq.fetch_add(1, std::memory_order_relaxed) + 1; 
 
 void set_stack_capture(std::string (*capture)()) { g_stack_capture.store(capture); }
 
-void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceIndex core,
-                   int64_t stream, uint64_t start_ns,
+void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
+                   c10::DeviceIndex core, int64_t stream, uint64_t start_ns,
                    const std::vector<at::Tensor>& fresh_outputs) {
+  const backend::OpWork& work = *owned;
   trace::SegmentOp op;
   op.op = info.id;
   op.signature = work.record.hash();
@@ -170,9 +219,16 @@ void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceI
   op.outputs.reserve(fresh_outputs.size());
   for (const auto& t : fresh_outputs)
     op.outputs.push_back(t.defined() ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl()) : 0);
-  StreamSegments& ss = segments(core, stream);
+  StreamState& ss = stream_state(core, stream);
+  const bool adaptive = mode() == Mode::kAdaptive;
   {
     std::lock_guard lock(ss.mutex);
+    if (adaptive) {
+      fusion::PlanOp plan_op = plan_op_of(work, info);
+      plan_op.outputs = {op.outputs.begin(), op.outputs.end()};
+      for (auto& v : plan_op.outputs) if (v == 0) v = -1;
+      adaptive_take(ss, std::move(owned), std::move(plan_op), op.signature, core, stream);
+    }
     for (const auto& t : fresh_outputs)
       ss.outputs.emplace_back(t.defined() ? c10::weak_intrusive_ptr<c10::TensorImpl>(
                                                 t.getIntrusivePtr())
@@ -186,7 +242,7 @@ void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceI
     e.time_ns = start_ns;
     e.duration_ns = Recorder::instance().now_ns() - start_ns;
     e.kind = static_cast<uint8_t>(EventKind::kOpDispatch);
-    e.seq = work.seq;
+    e.seq = op.seq;
     e.op = info.id;
     e.value = op.signature;
     e.core = static_cast<uint8_t>(core);
@@ -196,14 +252,16 @@ void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceI
 }
 
 void note_synchronous_op(const OpInfo& info) {
-  if (!observing()) return;
+  if (!observing() && !any_window_open()) return;
   // A barrier: segments never contain it.
   const c10::DeviceIndex core = current_device();
   const int64_t stream = current_stream_id(core);
-  StreamSegments& ss = segments(core, stream);
-  {
-    std::lock_guard lock(ss.mutex);
-    flush_locked(ss, trace::CutReason::kBarrier, core, stream);
+  // Everything held on this core goes first: the op runs right now on the host.
+  for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
+    StreamState* st = find_stream_state(core, s);
+    if (st == nullptr) continue;
+    std::lock_guard lock(st->mutex);
+    flush_locked(*st, trace::CutReason::kBarrier, core, s);
   }
   if (trace::recording()) {
     Event e;
@@ -219,13 +277,8 @@ void note_synchronous_op(const OpInfo& info) {
 }
 
 SyncScope::SyncScope(c10::DeviceIndex core, const char* cause) : core_(core), cause_(cause) {
+  flush_windows(core);
   if (!observing()) return;
-  for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
-    auto& slot = g_segments.at(static_cast<size_t>(core)).at(static_cast<size_t>(s));
-    if (!slot) continue;
-    std::lock_guard lock(slot->mutex);
-    flush_locked(*slot, trace::CutReason::kSync, core, s);
-  }
   if (trace::recording()) start_ns_ = Recorder::instance().now_ns();
 }
 
@@ -256,14 +309,21 @@ SyncScope::~SyncScope() {
   emit_counters(core_, rec.now_ns());
 }
 
-void start_trace(const std::string& path) {
+void start_trace(const std::string& path, const std::string& user_json) {
   const Config& c = config();
   std::string meta = "{\"format_version\":" + std::to_string(trace::kFormatVersion) +
                      ",\"engine\":\"neuron-eager 0.1.0\",\"torch\":\"" TORCH_VERSION "\"" +
                      ",\"mode\":\"" + mode_name(mode()) + "\",\"cores\":" +
                      std::to_string(c.cores) + ",\"hbm_bytes\":" + std::to_string(c.hbm_bytes) +
                      ",\"pid\":" + std::to_string(getpid()) +
-                     ",\"policy\":" + fusion::policy_json(active_policy()) + "}";
+                     ",\"policy\":" + fusion::policy_json(active_policy());
+  // The caller's fields join ours: {"a":1} -> ,"a":1
+  std::string user = user_json;
+  while (!user.empty() && std::isspace(static_cast<unsigned char>(user.front()))) user.erase(0, 1);
+  while (!user.empty() && std::isspace(static_cast<unsigned char>(user.back()))) user.pop_back();
+  if (user.size() > 2 && user.front() == '{' && user.back() == '}')
+    meta += "," + user.substr(1, user.size() - 2);
+  meta += "}";
   std::string error;
   Recorder::instance().thread_id("host");
   TORCH_CHECK(Recorder::instance().start(path, meta, error), "neuron: ", error);
@@ -271,13 +331,7 @@ void start_trace(const std::string& path) {
 
 uint64_t stop_trace() {
   // Close open segments so their keys reach the file.
-  for (int core = 0; core < device_count(); ++core)
-    for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
-      auto& slot = g_segments.at(static_cast<size_t>(core)).at(static_cast<size_t>(s));
-      if (!slot) continue;
-      std::lock_guard lock(slot->mutex);
-      flush_locked(*slot, trace::CutReason::kFlush, static_cast<c10::DeviceIndex>(core), s);
-    }
+  flush_all_windows();
   return Recorder::instance().stop();
 }
 

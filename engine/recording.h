@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/op_table.h"
 #include "engine/pch.h"
@@ -21,10 +23,21 @@ namespace neuron::engine {
 // Whether ops feed the segmenter (tracing on, or adaptive mode).
 bool observing();
 uint64_t next_seq();
-// After an op was queued: emits its dispatch event and feeds the segmenter.
-void note_dispatch(const backend::OpWork& work, const OpInfo& info, c10::DeviceIndex core,
-                   int64_t stream, uint64_t start_ns,
+// Before an op is queued: emits its dispatch event and feeds the segmenter. In adaptive
+// mode the controller takes the work (queues it, holds it in the window while it matches
+// a ready segment, or launches the fused segment) and work is left empty.
+void note_dispatch(std::unique_ptr<backend::OpWork>& work, const OpInfo& info,
+                   c10::DeviceIndex core, int64_t stream, uint64_t start_ns,
                    const std::vector<at::Tensor>& fresh_outputs);
+// Closes the open segments of a core and queues whatever the window holds: needed before
+// anything else is queued or waited for on that core.
+void flush_windows(c10::DeviceIndex core);
+void flush_all_windows();
+struct AdaptiveStats {
+  uint64_t programs = 0, segments_fused = 0, ops_in_fused_segments = 0, ops_in_tile_groups = 0,
+           ops_per_op = 0, divergences = 0, blacklisted = 0, failures = 0;
+};
+AdaptiveStats adaptive_stats();
 void note_synchronous_op(const OpInfo& info);
 
 // Marks a host wait: closes open segments of the core and emits a Sync event on exit.
@@ -40,7 +53,8 @@ class SyncScope {
 };
 
 // Starts/stops trace recording (metadata: mode, policy, versions).
-void start_trace(const std::string& path);
+// user_json: a JSON object from the caller, merged into the metadata (may be empty).
+void start_trace(const std::string& path, const std::string& user_json = "");
 uint64_t stop_trace();
 trace::TraceCache& trace_cache();
 // The fusion policy in force (segmenting knobs apply to new segments at once).

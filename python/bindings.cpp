@@ -92,6 +92,7 @@ PYBIND11_MODULE(_C, m) {
     engine::Mode mode;
     if (!engine::parse_mode(name, mode))
       throw py::value_error("neuron: mode '" + name + "' is not valid: expected one of: eager, adaptive");
+    engine::flush_all_windows();
     engine::set_mode(mode);
   });
   m.def("launch_blocking", [] { return engine::launch_blocking(); });
@@ -151,12 +152,21 @@ PYBIND11_MODULE(_C, m) {
     d["shape_cache_misses"] = c.shape_cache_misses;
     d["views"] = c.views;
     d["syncs"] = c.syncs;
+    auto a = engine::adaptive_stats();
+    d["programs"] = a.programs;
+    d["segments_fused"] = a.segments_fused;
+    d["ops_in_fused_segments"] = a.ops_in_fused_segments;
+    d["ops_in_tile_groups"] = a.ops_in_tile_groups;
+    d["ops_per_op"] = a.ops_per_op;
+    d["divergences"] = a.divergences;
+    d["blacklisted"] = a.blacklisted;
+    d["fusion_failures"] = a.failures;
     return d;
   });
   m.def("reset_counters", [] { engine::reset_counters(); });
   engine::set_stack_capture(&capture_python_stack);
-  m.def("trace_start", [](const std::string& path, const std::string&) {
-    engine::start_trace(path);
+  m.def("trace_start", [](const std::string& path, const std::string& user_json) {
+    engine::start_trace(path, user_json);
   }, py::arg("path"), py::arg("metadata_json") = "");
   m.def("trace_stop", [] {
     uint64_t events = 0;

@@ -449,21 +449,29 @@ class DomIndex(HTMLParser):
     def __init__(self):
         super().__init__()
         self.by_id, self.rows, self._row, self._cell = {}, defaultdict(list), None, None
+        self.text, self._open = defaultdict(str), []  # text inside elements with an id
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if "id" in a:
             self.by_id[a["id"]] = a
+        if tag in ("div", "span"):
+            self._open.append(a.get("id"))
         if tag == "tr" and a.get("class"):
             self._row = (a["class"], a.get("id"), [])
         elif tag == "td" and self._row:
             self._cell = []
 
     def handle_data(self, data):
+        for i in self._open:
+            if i:
+                self.text[i] += data
         if self._cell is not None:
             self._cell.append(data)
 
     def handle_endtag(self, tag):
+        if tag in ("div", "span") and self._open:
+            self._open.pop()
         if tag == "td" and self._row and self._cell is not None:
             self._row[2].append("".join(self._cell))
             self._cell = None
@@ -495,8 +503,7 @@ def test_html_report_renders_in_chromium(tmp_path):
     text = out.read_text()
     assert "http://" not in text.replace("http://www.w3.org", "") and "https://" not in text
     dom = browser_dom(out)
-    body = dom.by_id.get("errors")
-    assert body is not None
+    assert "errors" in dom.by_id and dom.text["errors"] == ""  # window.onerror writes here
     tl = dom.by_id["timeline"]
     n_slices = 10 + 10 + 1 + 4 + 1  # dispatch, execute, sync, fused, compile
     assert int(tl["data-total-slices"]) == n_slices
@@ -529,9 +536,25 @@ def test_html_report_of_a_larger_trace_limits_slices(tmp_path):
     assert run_cli("html", str(path), "-o", str(out), "--max-slices", "500").returncode == 0
     dom = browser_dom(out)
     tl = dom.by_id["timeline"]
-    assert int(tl["data-total-slices"]) == 500
-    assert 0 < int(tl["data-slices"]) <= 500  # sub-pixel neighbours are merged
+    assert 490 <= int(tl["data-total-slices"]) <= 500  # each track's share, rounded down
+    assert int(tl["data-tracks"]) == 3  # every track keeps some
+    assert 0 < int(tl["data-slices"]) <= int(tl["data-total-slices"])  # sub-pixel merged
+    assert "Showing" in dom.text.get("note", "")
     assert "data-error" not in dom.by_id.get("errors", {})
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                    "(tools/setup.sh installs it: apt-get install chromium)")
+def test_html_report_of_an_empty_trace(tmp_path):
+    p = tmp_path / "empty.ntrace"
+    p.write_bytes(header() + chunk(1, js({})) + chunk(4, struct.pack("<Q", 0)))
+    out = tmp_path / "empty.html"
+    assert run_cli("html", str(p), "-o", str(out)).returncode == 0
+    dom = browser_dom(out)
+    assert dom.text["errors"] == ""
+    tl = dom.by_id["timeline"]
+    assert (tl["data-slices"], tl["data-total-slices"], tl["data-tracks"]) == ("0", "0", "0")
+    assert dom.by_id["ops-table"]["data-rows"] == "0"
 
 
 # ---- the command line -----------------------------------------------------------------------

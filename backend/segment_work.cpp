@@ -1,0 +1,118 @@
+#include "backend/segment_work.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+
+#include <unordered_map>
+
+#include "trace/recorder.h"
+
+namespace neuron::backend {
+namespace {
+
+// A 1-D view of elements [lo, hi) of a contiguous device tensor.
+at::Tensor tile_of(const c10::Storage& storage, const trace::TensorMeta& m, int64_t lo, int64_t hi) {
+  trace::TensorMeta t = m;
+  t.ndim = 1;
+  t.sizes[0] = hi - lo;
+  t.strides[0] = 1;
+  t.storage_offset = m.storage_offset + lo;
+  return cpu_alias(storage, t);
+}
+
+uint64_t storage_id(const c10::Storage& s) {
+  return reinterpret_cast<uint64_t>(s.unsafeGetStorageImpl());
+}
+
+}  // namespace
+
+void SegmentWork::run_group(const fusion::Step& step) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const int64_t numel = step.numel;
+  int64_t operands = 0, widest = 1;
+  for (uint32_t k = step.first; k < step.first + step.count; ++k) {
+    operands += static_cast<int64_t>(ops[k]->record.tensors.size() + ops[k]->output_metas.size());
+    for (const auto& m : ops[k]->output_metas)
+      widest = std::max<int64_t>(widest, c10::elementSize(static_cast<c10::ScalarType>(m.dtype)));
+  }
+  const int64_t tile = fusion::tile_elements(operands, widest);
+  const int64_t tiles = (numel + tile - 1) / tile;
+  set_item_threads(numel);
+  // Tiles are independent (pointwise ops): threads take whole tiles, and the kernels
+  // inside run single-threaded (ATen does not nest parallel regions).
+  at::parallel_for(0, tiles, 1, [&](int64_t first_tile, int64_t end_tile) {
+    // Scratch buffers for intermediates that never reach device memory, by storage.
+    std::unordered_map<uint64_t, at::Tensor> scratch;
+    for (uint32_t k = 0; k < step.count; ++k) {
+      const OpWork& op = *ops[step.first + k];
+      for (size_t o = 0; o < op.output_metas.size(); ++o)
+        if (step.scratch[k][o])
+          scratch[storage_id(op.output_storages[o])] = at::empty(
+              {tile}, at::TensorOptions().dtype(static_cast<c10::ScalarType>(op.output_metas[o].dtype)));
+    }
+    torch::jit::Stack stack;
+    for (int64_t t = first_tile; t < end_tile; ++t) {
+      const int64_t lo = t * tile, hi = std::min(numel, lo + tile);
+      for (uint32_t k = step.first; k < step.first + step.count; ++k) {
+        OpWork& op = *ops[k];
+        auto input = [&](uint32_t index) -> at::Tensor {
+          const trace::TensorMeta& m = op.record.tensors[index];
+          const TensorSource& src = op.inputs[index];
+          if (!src.storage) return src.host;  // host scalar
+          if (m.ndim == 0) return cpu_alias(src.storage, m);
+          auto s = scratch.find(storage_id(src.storage));
+          if (s != scratch.end()) return s->second.narrow(0, 0, hi - lo);
+          return tile_of(src.storage, m, lo, hi);
+        };
+        stack.clear();
+        op.build_stack_mapped(stack, input);
+        for (size_t o = 0; o < op.output_metas.size(); ++o) {
+          auto s = scratch.find(storage_id(op.output_storages[o]));
+          stack.emplace_back(s != scratch.end()
+                                 ? s->second.narrow(0, 0, hi - lo)
+                                 : tile_of(op.output_storages[o], op.output_metas[o], lo, hi));
+        }
+        op.out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      }
+    }
+  });
+}
+
+void SegmentWork::run() {
+  const bool traced = seq != 0 && trace::recording();
+  const uint64_t start = traced ? trace::Recorder::instance().now_ns() : 0;
+  if (traced) trace::Recorder::instance().thread_id("worker");
+  for (const fusion::Step& step : program->steps) {
+    if (step.kind == fusion::Step::kExtern) {
+      ops[step.first]->run();
+      continue;
+    }
+    try {
+      run_group(step);
+    } catch (const std::exception&) {
+      // The group's ops are functional: rerunning them per op from their inputs gives
+      // the per-op results; the controller blacklists the key.
+      if (failures) failures->fetch_add(1);
+      for (uint32_t k = step.first; k < step.first + step.count; ++k) ops[k]->run();
+    }
+  }
+  if (traced && trace::recording()) {
+    auto& rec = trace::Recorder::instance();
+    trace::Event e;
+    e.time_ns = start;
+    e.duration_ns = rec.now_ns() - start;
+    e.kind = static_cast<uint8_t>(trace::EventKind::kSegmentExecute);
+    e.seq = seq;
+    e.value = key;
+    e.aux = ops.size();
+    e.core = core;
+    e.stream = stream;
+    rec.emit(e);
+  }
+}
+
+std::string SegmentWork::describe() const {
+  return "fused segment of " + std::to_string(ops.size()) + " ops";
+}
+
+}  // namespace neuron::backend

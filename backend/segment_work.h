@@ -1,0 +1,33 @@
+// A fused segment: the ops of one recorded segment run as one work item following a
+// fusion program. Tile groups run pointwise ops tile by tile (intermediates stay in cache,
+// dead ones never reach device memory); extern steps run the op's own kernel.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "backend/op_work.h"
+#include "fusion/planner.h"
+
+namespace neuron::backend {
+
+class SegmentWork final : public WorkItem {
+ public:
+  void run() override;
+  std::string describe() const override;
+
+  std::shared_ptr<const fusion::Program> program;
+  std::vector<std::unique_ptr<OpWork>> ops;
+  uint64_t key = 0;
+  uint64_t seq = 0;  // first op's sequence number when traced
+  uint8_t core = 0;
+  uint16_t stream = 0;
+  // Bumped when a tile group failed and its ops were rerun one by one.
+  std::shared_ptr<std::atomic<uint64_t>> failures;
+
+ private:
+  void run_group(const fusion::Step& step);
+};
+
+}  // namespace neuron::backend

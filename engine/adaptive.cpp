@@ -1,0 +1,307 @@
+// The adaptive controller: hot segment keys get a fused program (tier 1, planned in
+// microseconds); ops that match a prefix of a ready program wait in the window; a full
+// match launches the segment as one work item, anything else runs per op. Correctness
+// never depends on a decision here: every path produces the per-op results.
+#include <ATen/Context.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/runtime.h"
+#include "backend/segment_work.h"
+#include "engine/engine.h"
+#include "engine/recording.h"
+#include "engine/stream_state.h"
+#include "trace/recorder.h"
+
+namespace neuron::engine {
+
+struct ReadyProgram {
+  uint64_t key = 0;
+  std::vector<int64_t> words;        // the segment's canonical form: a key hit is verified
+  std::vector<uint64_t> signatures;  // per op, for prefix matching
+  std::shared_ptr<const fusion::Program> program;
+  std::shared_ptr<std::atomic<uint64_t>> failures = std::make_shared<std::atomic<uint64_t>>(0);
+};
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::shared_ptr<ReadyProgram>> ready;
+  std::unordered_map<uint64_t, std::vector<std::shared_ptr<ReadyProgram>>> by_first_signature;
+  std::unordered_set<uint64_t> rejected;  // keys not worth fusing, or blacklisted
+};
+
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+std::atomic<uint64_t> g_programs{0}, g_segments_fused{0}, g_ops_fused_segments{0},
+    g_ops_tile_groups{0}, g_ops_per_op{0}, g_divergences{0}, g_blacklisted{0}, g_failures{0};
+std::atomic<int> g_open_windows{0};
+
+// Pointwise ops whose out= kernels may run on tiles of contiguous same-shape operands.
+const std::unordered_set<std::string>& builtin_pointwise() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
+      "aten::div.Tensor_mode", "aten::add.Scalar", "aten::mul.Scalar", "aten::neg",
+      "aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::gelu", "aten::silu",
+      "aten::abs", "aten::sqrt", "aten::rsqrt", "aten::reciprocal", "aten::sin", "aten::cos",
+      "aten::erf", "aten::log1p", "aten::expm1", "aten::pow.Tensor_Scalar",
+      "aten::pow.Tensor_Tensor", "aten::maximum", "aten::minimum", "aten::where.self",
+      "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::addcmul", "aten::addcdiv",
+      "aten::lerp.Scalar", "aten::lerp.Tensor", "aten::eq.Tensor", "aten::ne.Tensor",
+      "aten::lt.Tensor", "aten::le.Tensor", "aten::gt.Tensor", "aten::ge.Tensor",
+      "aten::eq.Scalar", "aten::ne.Scalar", "aten::lt.Scalar", "aten::le.Scalar",
+      "aten::gt.Scalar", "aten::ge.Scalar", "aten::threshold_backward", "aten::gelu_backward",
+      "aten::sigmoid_backward", "aten::tanh_backward", "aten::silu_backward",
+      "aten::leaky_relu", "aten::hardtanh", "aten::softplus", "aten::sign",
+      "aten::logical_and", "aten::logical_or", "aten::logical_not", "aten::rsub.Tensor",
+      "aten::rsub.Scalar", "aten::_to_copy"};
+  return ops;
+}
+
+bool is_contiguous(const trace::TensorMeta& m) {
+  int64_t expected = 1;
+  for (int i = m.ndim - 1; i >= 0; --i) {
+    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
+    expected *= m.sizes[i];
+  }
+  return true;
+}
+
+bool same_sizes(const trace::TensorMeta& a, const trace::TensorMeta& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i)
+    if (a.sizes[i] != b.sizes[i]) return false;
+  return true;
+}
+
+void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, uint8_t core,
+          uint32_t reason = 0) {
+  if (!trace::recording()) return;
+  auto& rec = trace::Recorder::instance();
+  trace::Event e;
+  e.time_ns = rec.now_ns() - duration;
+  e.duration_ns = duration;
+  e.kind = static_cast<uint8_t>(kind);
+  e.value = key;
+  e.aux = aux;
+  e.core = core;
+  e.reserved = reason;
+  rec.emit(e);
+}
+
+void fallback_event(const char* reason, uint8_t core) {
+  if (!trace::recording()) return;
+  auto& rec = trace::Recorder::instance();
+  trace::Event e;
+  e.time_ns = rec.now_ns();
+  e.kind = static_cast<uint8_t>(trace::EventKind::kFallback);
+  e.value = rec.intern_string(reason);
+  e.core = core;
+  rec.emit(e);
+}
+
+void enqueue_per_op(StreamState& state, c10::DeviceIndex core, int64_t stream) {
+  backend::Stream& s = backend::stream(core, stream);
+  g_ops_per_op += state.window.size();
+  for (auto& w : state.window) s.enqueue(std::move(w));
+  state.window.clear();
+  if (state.holding) g_open_windows.fetch_sub(1);
+  state.holding = false;
+  state.candidates.clear();
+}
+
+bool fusion_allowed() {
+  return mode() == Mode::kAdaptive && !at::globalContext().deterministicAlgorithms();
+}
+
+}  // namespace
+
+bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }
+
+fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
+  fusion::PlanOp p;
+  for (const auto& m : work.record.tensors)
+    p.inputs.push_back(m.defined && m.device >= 0 && m.ndim > 0 ? static_cast<int64_t>(m.storage) : -1);
+  if (work.output_metas.size() != 1 || !work.out_op || !info.write_args.empty()) return p;
+  const auto& out = work.output_metas[0];
+  if (!out.defined || !is_contiguous(out)) return p;
+  const auto& policy_ops = active_policy().fusible_ops;
+  const bool listed = policy_ops.empty()
+                          ? builtin_pointwise().count(info.name) > 0
+                          : std::find(policy_ops.begin(), policy_ops.end(), info.name) != policy_ops.end();
+  if (!listed) return p;
+  for (size_t k = 0; k < work.slots.size(); ++k)
+    if (work.slots[k].kind != backend::SlotKind::kValue &&
+        work.slots[k].kind != backend::SlotKind::kTensor)
+      return p;
+  for (size_t k = 0; k < work.record.tensors.size(); ++k) {
+    const auto& m = work.record.tensors[k];
+    if (!m.defined || m.ndim == 0) continue;  // scalars broadcast by the kernel itself
+    if (m.device < 0 || !same_sizes(m, out) || !is_contiguous(m) || m.flags != 0 ||
+        m.storage_offset != 0)
+      return p;
+  }
+  p.pointwise = true;
+  p.numel = out.numel();
+  return p;
+}
+
+void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
+                   fusion::PlanOp plan_op, uint64_t signature, c10::DeviceIndex core,
+                   int64_t stream) {
+  const uint32_t position = state.segmenter.open_length();
+  if (position == 0 && fusion_allowed()) {
+    // A segment starts: hold its ops if some ready program starts the same way.
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.by_first_signature.find(signature);
+    state.candidates.clear();
+    if (it != r.by_first_signature.end()) state.candidates = it->second;
+    if (!state.candidates.empty() && !state.holding) {
+      state.holding = true;
+      g_open_windows.fetch_add(1);
+    }
+  } else if (state.holding) {
+    std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
+      return c->signatures.size() <= position || c->signatures[position] != signature;
+    });
+    if (state.candidates.empty()) {
+      ++g_divergences;
+      fallback_event("diverged from every ready segment: held ops run per op",
+                     static_cast<uint8_t>(core));
+      enqueue_per_op(state, core, stream);
+    }
+  }
+  state.plan.push_back(std::move(plan_op));
+  if (state.holding) {
+    state.window.push_back(std::move(work));
+  } else {
+    ++g_ops_per_op;
+    backend::stream(core, stream).enqueue(std::move(work));
+  }
+}
+
+void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
+                  c10::DeviceIndex core, int64_t stream) {
+  Registry& r = registry();
+  const uint8_t core8 = static_cast<uint8_t>(core);
+  std::shared_ptr<ReadyProgram> ready;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.ready.find(segment.key);
+    if (it != r.ready.end()) ready = it->second;
+  }
+  // A program whose fused groups failed is blacklisted: its key runs per op from now on.
+  if (ready && ready->failures->load() > 0) {
+    std::lock_guard lock(r.mutex);
+    r.ready.erase(segment.key);
+    auto& list = r.by_first_signature[ready->signatures.front()];
+    std::erase(list, ready);
+    r.rejected.insert(segment.key);
+    ++g_blacklisted;
+    ++g_failures;
+    trace_cache().transition(segment.key, trace::SegmentState::kBlacklisted);
+    fallback_event("a fused group failed: segment blacklisted, its ops run per op", core8);
+    ready.reset();
+  }
+  const bool full_match = state.holding && ready && ready->words == segment.words &&
+                          state.window.size() == segment.length &&
+                          ready->signatures.size() == segment.length && fusion_allowed();
+  if (full_match) {
+    auto work = std::make_unique<backend::SegmentWork>();
+    work->program = ready->program;
+    work->ops = std::move(state.window);
+    work->key = segment.key;
+    work->seq = segment.first_seq;
+    work->core = core8;
+    work->stream = static_cast<uint16_t>(stream);
+    work->failures = ready->failures;
+    g_segments_fused += 1;
+    g_ops_fused_segments += work->ops.size();
+    g_ops_tile_groups += ready->program->fused_ops;
+    state.window.clear();
+    if (state.holding) g_open_windows.fetch_sub(1);
+    state.holding = false;
+    state.candidates.clear();
+    backend::stream(core, stream).enqueue(std::move(work));
+  } else if (!state.window.empty() || state.holding) {
+    if (state.holding && !state.window.empty()) {
+      ++g_divergences;
+      fallback_event("segment ended before matching a ready program: held ops run per op", core8);
+    }
+    enqueue_per_op(state, core, stream);
+  }
+
+  // Hot keys without a program get one now (tier 1 is planned in microseconds).
+  const fusion::Policy policy = active_policy();
+  if (!ready && fusion_allowed() && count >= policy.hot_threshold &&
+      state.plan.size() == segment.length) {
+    bool known;
+    {
+      std::lock_guard lock(r.mutex);
+      known = r.ready.count(segment.key) || r.rejected.count(segment.key);
+    }
+    if (!known) {
+      const auto start = std::chrono::steady_clock::now();
+      auto program = std::make_shared<fusion::Program>(fusion::plan(state.plan, policy.min_fusible_ops));
+      const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now() - start)
+                                                  .count());
+      std::lock_guard lock(r.mutex);
+      if (program->fused_ops > 0 && policy.should_compile(program->fused_ops, fusion::Tier::kInstant)) {
+        auto rp = std::make_shared<ReadyProgram>();
+        rp->key = segment.key;
+        rp->words = segment.words;
+        rp->program = program;
+        // Signatures of the segment's ops, in order (the words start each op with it).
+        size_t w = 0;
+        for (uint32_t i = 0; i < segment.length && w < segment.words.size(); ++i) {
+          rp->signatures.push_back(static_cast<uint64_t>(segment.words[w]));
+          const int64_t n_inputs = segment.words[w + 1];
+          w += 2;
+          for (int64_t k = 0; k < n_inputs; ++k) {
+            const int64_t tag = segment.words[w];
+            w += tag == 1 ? 3 : tag == 2 ? 2 : 1;
+          }
+        }
+        r.ready[segment.key] = rp;
+        r.by_first_signature[rp->signatures.front()].push_back(rp);
+        ++g_programs;
+        trace_cache().transition(segment.key, trace::SegmentState::kCompiling);
+        trace_cache().transition(segment.key, trace::SegmentState::kReady);
+        emit(trace::EventKind::kCompileStart, segment.key, 1, 0, core8);
+        emit(trace::EventKind::kCompileEnd, segment.key, 1, took, core8);
+      } else {
+        r.rejected.insert(segment.key);
+        trace_cache().transition(segment.key, trace::SegmentState::kBlacklisted);
+        fallback_event(program->fused_ops == 0 ? "hot segment has no fusible group"
+                                               : "hot segment fails the cost gate",
+                       core8);
+      }
+    }
+  }
+  state.plan.clear();
+}
+
+AdaptiveStats adaptive_stats() {
+  AdaptiveStats s;
+  s.programs = g_programs;
+  s.segments_fused = g_segments_fused;
+  s.ops_in_fused_segments = g_ops_fused_segments;
+  s.ops_in_tile_groups = g_ops_tile_groups;
+  s.ops_per_op = g_ops_per_op;
+  s.divergences = g_divergences;
+  s.blacklisted = g_blacklisted;
+  s.failures = g_failures;
+  return s;
+}
+
+}  // namespace neuron::engine

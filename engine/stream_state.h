@@ -1,0 +1,50 @@
+// Per (core, stream) state shared by recording and the adaptive controller: the
+// segmenter, weak references to the open segment's outputs (for liveness at the cut),
+// and in adaptive mode the window of held ops and the plan of each op.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/op_work.h"
+#include "engine/op_table.h"
+#include "engine/pch.h"
+#include "fusion/planner.h"
+#include "trace/segmenter.h"
+
+namespace neuron::engine {
+
+struct ReadyProgram;
+
+struct StreamState {
+  std::mutex mutex;
+  trace::Segmenter segmenter;
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> outputs;  // open segment's outputs
+  std::vector<fusion::PlanOp> plan;                  // per op of the open segment
+  std::vector<std::unique_ptr<backend::OpWork>> window;  // held ops (a prefix of the segment)
+  std::vector<std::shared_ptr<ReadyProgram>> candidates;  // ready programs still matching
+  bool holding = false;
+  std::vector<uint64_t> viewed;  // storages of open-segment outputs that views were taken of
+  explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
+};
+
+// The state of (core, stream), created on first use; nullptr-safe lookup for scans.
+StreamState& stream_state(c10::DeviceIndex core, int64_t stream);
+StreamState* find_stream_state(c10::DeviceIndex core, int64_t stream);
+trace::SegmentPolicy current_segment_policy();
+
+// Adaptive controller (adaptive.cpp). The caller holds state.mutex.
+// Takes one dispatched op: queue it, or hold it while it matches a ready program.
+void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
+                   fusion::PlanOp plan_op, uint64_t signature, c10::DeviceIndex core,
+                   int64_t stream);
+// A segment closed: launch it fused, or queue held ops per op; compile hot keys.
+void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
+                  c10::DeviceIndex core, int64_t stream);
+// A view of base was created: its storage stays observable even if base dies.
+void note_view(const at::Tensor& base);
+// How an op would take part in a fused program.
+fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info);
+
+}  // namespace neuron::engine

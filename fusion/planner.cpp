@@ -1,0 +1,58 @@
+#include "fusion/planner.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace neuron::fusion {
+
+int64_t tile_elements(int64_t operands, int64_t element_bytes) {
+  constexpr int64_t kBudget = 256 * 1024;
+  int64_t n = kBudget / std::max<int64_t>(1, operands * element_bytes);
+  n = std::max<int64_t>(64, n / 64 * 64);
+  return n;
+}
+
+Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
+  Program program;
+  // Last op index that reads each value (anywhere in the segment).
+  std::unordered_map<int64_t, uint32_t> last_use;
+  for (uint32_t i = 0; i < ops.size(); ++i)
+    for (int64_t v : ops[i].inputs)
+      if (v >= 0) last_use[v] = i;
+
+  uint32_t i = 0;
+  while (i < ops.size()) {
+    uint32_t j = i;
+    while (j < ops.size() && ops[j].pointwise && ops[j].numel == ops[i].numel) ++j;
+    const uint32_t run = j - i;
+    if (run == 0 || run < std::max<uint32_t>(min_group, 2)) {
+      // Not worth a group: per op (a pointwise run shorter than the minimum, or extern).
+      const uint32_t n = std::max<uint32_t>(run, 1);
+      for (uint32_t k = i; k < i + n; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0});
+      i += n;
+      continue;
+    }
+    Step group{Step::kTileGroup, i, run, {}, ops[i].numel};
+    for (uint32_t k = i; k < j; ++k) {
+      std::vector<bool> scratch;
+      for (size_t o = 0; o < ops[k].outputs.size(); ++o) {
+        const int64_t v = ops[k].outputs[o];
+        const bool alive = o < ops[k].alive.size() ? ops[k].alive[o] : true;
+        auto lu = last_use.find(v);
+        const bool read_after_group = lu != last_use.end() && lu->second >= j;
+        const bool read_inside = lu != last_use.end() && lu->second > k && lu->second < j;
+        // A value used only inside the group and dead afterwards never reaches memory.
+        const bool s = !alive && !read_after_group && read_inside;
+        scratch.push_back(s);
+        program.scratch_values += s ? 1 : 0;
+      }
+      group.scratch.push_back(std::move(scratch));
+    }
+    program.fused_ops += run;
+    program.steps.push_back(std::move(group));
+    i = j;
+  }
+  return program;
+}
+
+}  // namespace neuron::fusion

@@ -1,0 +1,44 @@
+// Turns a recorded segment into a program: runs of consecutive pointwise ops over tensors
+// of one shape become tile groups (executed tile by tile so intermediates stay in cache);
+// everything else stays an extern step (the op's own kernel, run by the backend).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace neuron::fusion {
+
+// One op of a segment as the planner sees it. Values are numbered by the caller; the
+// same number means the same tensor.
+struct PlanOp {
+  bool pointwise = false;        // may join a tile group (caller checked op, layout, dtype)
+  int64_t numel = 0;             // elements of every full-size operand
+  std::vector<int64_t> inputs;   // value ids; -1 for scalars and 0-dim operands
+  std::vector<int64_t> outputs;  // value ids of fresh outputs
+  std::vector<bool> alive;       // per output: still referenced after the segment
+};
+
+struct Step {
+  enum Kind : uint8_t { kExtern, kTileGroup } kind = kExtern;
+  uint32_t first = 0;  // ops [first, first + count)
+  uint32_t count = 1;
+  // Tile groups: per op, per output: true when only a tile-sized scratch buffer is needed
+  // (the value dies inside the group and nobody reads it later).
+  std::vector<std::vector<bool>> scratch;
+  int64_t numel = 0;
+};
+
+struct Program {
+  std::vector<Step> steps;
+  uint32_t fused_ops = 0;        // ops inside tile groups
+  uint32_t scratch_values = 0;   // intermediates never written to device memory
+};
+
+// min_group: smaller runs stay per op.
+Program plan(const std::vector<PlanOp>& ops, uint32_t min_group);
+
+// Elements per tile for a group whose ops touch `operands` full-size arrays of `bytes`
+// elements each: sized so one tile of every operand fits in ~256 KiB, a multiple of 64.
+int64_t tile_elements(int64_t operands, int64_t element_bytes);
+
+}  // namespace neuron::fusion

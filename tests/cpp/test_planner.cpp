@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include "fusion/planner.h"
+
+using namespace neuron::fusion;
+
+namespace {
+PlanOp pw(int64_t numel, std::vector<int64_t> in, std::vector<int64_t> out, bool alive = true) {
+  PlanOp op;
+  op.pointwise = true;
+  op.numel = numel;
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  op.alive = std::vector<bool>(op.outputs.size(), alive);
+  return op;
+}
+}  // namespace
+
+TEST(Planner, GroupsPointwiseRunsAndKeepsExternOpsApart) {
+  PlanOp mm;
+  mm.inputs = {0, 1};
+  mm.outputs = {2};
+  mm.alive = {true};
+  // mm -> add -> gelu -> mul (-> result)
+  std::vector<PlanOp> ops = {mm, pw(64, {2, 3}, {4}, false), pw(64, {4}, {5}, false),
+                             pw(64, {5, -1}, {6}, true)};
+  Program p = plan(ops, 2);
+  ASSERT_EQ(p.steps.size(), 2u);
+  EXPECT_EQ(p.steps[0].kind, Step::kExtern);
+  EXPECT_EQ(p.steps[1].kind, Step::kTileGroup);
+  EXPECT_EQ(p.steps[1].count, 3u);
+  EXPECT_EQ(p.fused_ops, 3u);
+  // add's and gelu's outputs are dead and used only inside the group: scratch.
+  EXPECT_TRUE(p.steps[1].scratch[0][0]);
+  EXPECT_TRUE(p.steps[1].scratch[1][0]);
+  EXPECT_FALSE(p.steps[1].scratch[2][0]);  // the result is alive
+  EXPECT_EQ(p.scratch_values, 2u);
+}
+
+TEST(Planner, ValuesReadLaterOrAliveAreWritten) {
+  PlanOp ext;
+  ext.inputs = {10};  // an extern op after the group reads the first intermediate
+  ext.outputs = {11};
+  std::vector<PlanOp> ops = {pw(8, {1}, {10}, false), pw(8, {10}, {12}, false), ext};
+  Program p = plan(ops, 2);
+  ASSERT_EQ(p.steps.size(), 2u);
+  EXPECT_FALSE(p.steps[0].scratch[0][0]);  // read after the group
+  EXPECT_FALSE(p.steps[0].scratch[1][0]);  // dead but never read inside: still written
+}
+
+TEST(Planner, ShapeChangeOrShortRunsSplitGroups) {
+  std::vector<PlanOp> ops = {pw(8, {1}, {2}), pw(16, {2}, {3}), pw(16, {3}, {4})};
+  Program p = plan(ops, 2);
+  ASSERT_EQ(p.steps.size(), 2u);
+  EXPECT_EQ(p.steps[0].kind, Step::kExtern);
+  EXPECT_EQ(p.steps[1].kind, Step::kTileGroup);
+  EXPECT_EQ(plan(ops, 3).fused_ops, 0u);
+}
+
+TEST(Planner, TileSizeFitsTheBudget) {
+  EXPECT_EQ(tile_elements(4, 4) % 64, 0);
+  EXPECT_LE(tile_elements(4, 4) * 4 * 4, 256 * 1024);
+  EXPECT_GE(tile_elements(1000, 8), 64);
+}
