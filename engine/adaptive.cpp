@@ -256,7 +256,9 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
                                                   std::chrono::steady_clock::now() - start)
                                                   .count());
       std::lock_guard lock(r.mutex);
-      if (program->fused_ops > 0 && policy.should_compile(program->fused_ops, fusion::Tier::kInstant)) {
+      // Even without a tile group, one work item for the whole segment saves a queue
+      // hand-off per op; tile groups save memory traffic on top.
+      if (segment.length >= 2 && policy.should_compile(segment.length, fusion::Tier::kInstant)) {
         auto rp = std::make_shared<ReadyProgram>();
         rp->key = segment.key;
         rp->words = segment.words;
@@ -282,8 +284,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
       } else {
         r.rejected.insert(segment.key);
         trace_cache().transition(segment.key, trace::SegmentState::kBlacklisted);
-        fallback_event(program->fused_ops == 0 ? "hot segment has no fusible group"
-                                               : "hot segment fails the cost gate",
+        fallback_event(segment.length < 2 ? "hot segment of a single op"
+                                          : "hot segment fails the cost gate (policy)",
                        core8);
       }
     }

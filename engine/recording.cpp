@@ -29,6 +29,8 @@ using trace::EventKind;
 using trace::Recorder;
 
 std::atomic<uint64_t> g_seq{0};
+std::mutex g_seen_mutex;
+std::unordered_set<std::string> g_seen_causes;  // sync causes seen in this recording
 std::atomic<std::string (*)()> g_stack_capture{nullptr};
 
 std::mutex g_policy_mutex;
@@ -291,13 +293,11 @@ SyncScope::~SyncScope() {
   e.kind = static_cast<uint8_t>(EventKind::kSync);
   e.core = static_cast<uint8_t>(core_);
   e.value = rec.intern_string(cause_);
-  // The Python stack of the first sync with this cause.
-  static std::mutex seen_mutex;
-  static std::unordered_set<std::string> seen;
+  // The Python stack of the first sync with this cause in this recording.
   bool first = false;
   {
-    std::lock_guard lock(seen_mutex);
-    first = seen.insert(cause_).second;
+    std::lock_guard lock(g_seen_mutex);
+    first = g_seen_causes.insert(cause_).second;
   }
   if (first) {
     if (auto capture = g_stack_capture.load()) {
@@ -324,6 +324,10 @@ void start_trace(const std::string& path, const std::string& user_json) {
   if (user.size() > 2 && user.front() == '{' && user.back() == '}')
     meta += "," + user.substr(1, user.size() - 2);
   meta += "}";
+  {
+    std::lock_guard lock(g_seen_mutex);
+    g_seen_causes.clear();
+  }
   std::string error;
   Recorder::instance().thread_id("host");
   TORCH_CHECK(Recorder::instance().start(path, meta, error), "neuron: ", error);

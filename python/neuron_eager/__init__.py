@@ -99,3 +99,18 @@ def set_policy(policy) -> None:
         _C.set_policy_file(os.fspath(policy))
     else:
         raise TypeError(f"neuron: set_policy expects a built-in name, a path or a dict, got {policy!r}")
+
+
+def _finish_at_exit() -> None:
+    """At interpreter exit: run what is queued and close a trace NEURON_TRACE started."""
+    try:
+        _C.synchronize(-1)
+    except Exception:  # an async error nobody synced for; the trace still closes
+        pass
+    if _C.trace_active():
+        _C.trace_stop()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_finish_at_exit)
