@@ -201,8 +201,10 @@ SetThreads omp_setter() {
 
 void set_large_item_threads(int threads) { g_large_threads.store(std::max(1, threads)); }
 
-void set_item_threads(int64_t elements) {
-  const int want = elements >= kGrainSize ? g_large_threads.load() : 1;
+void set_item_threads(int64_t /*elements*/) {
+  // Every item uses CPU eager's thread count: BLAS, FFT and reductions split work by
+  // thread count, so only the same count gives the same bits.
+  const int want = g_large_threads.load();
   if (want == t_threads) return;
   if (auto f = omp_setter()) f(want);
   t_threads = want;

@@ -26,7 +26,13 @@ uint64_t storage_id(const c10::Storage& s) {
 
 }  // namespace
 
+std::atomic<int> g_injected_failures{0};
+
+void inject_tile_group_failures(int n) { g_injected_failures.store(n); }
+
 void SegmentWork::run_group(const fusion::Step& step) {
+  if (g_injected_failures.load() > 0 && g_injected_failures.fetch_sub(1) > 0)
+    throw std::runtime_error("injected tile-group failure");
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const int64_t numel = step.numel;
   int64_t operands = 0, widest = 1;

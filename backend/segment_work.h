@@ -12,6 +12,9 @@
 
 namespace neuron::backend {
 
+// Test hook: the next n tile groups throw before computing (fault injection).
+void inject_tile_group_failures(int n);
+
 class SegmentWork final : public WorkItem {
  public:
   void run() override;

@@ -54,8 +54,11 @@ void Stream::worker_loop() {
   if (auto init = g_thread_init.load()) init();
   for (;;) {
     std::unique_ptr<WorkItem> item;
-    // Spin briefly before sleeping: back-to-back ops then cost no futex wake-up.
-    for (int spin = 0; spin < 2000 && !item; ++spin) {
+    // Spin, then yield, before sleeping: back-to-back ops cost no futex wake-up, and a
+    // woken worker never waits for a time slice behind busy intra-op threads. Yielding
+    // leaves the core to the dispatching host thread whenever it needs it.
+    const auto idle_since = std::chrono::steady_clock::now();
+    for (int spin = 0; !item; ++spin) {
       {
         std::lock_guard lock(mutex_);
         if (!queue_.empty()) {
@@ -65,7 +68,12 @@ void Stream::worker_loop() {
         }
         if (stop_) return;
       }
-      cpu_relax();
+      if (spin < 200) {
+        cpu_relax();
+      } else {
+        if (std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(2)) break;
+        std::this_thread::yield();
+      }
     }
     if (!item) {
       std::unique_lock lock(mutex_);

@@ -15,6 +15,8 @@
 #include "engine/engine.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
+#include "trace/log.h"
+#include "trace/op_registry.h"
 #include "trace/recorder.h"
 
 namespace neuron::engine {
@@ -215,6 +217,14 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   const bool full_match = state.holding && ready && ready->words == segment.words &&
                           state.window.size() == segment.length &&
                           ready->signatures.size() == segment.length && fusion_allowed();
+  if (trace::log_enabled(trace::LogLevel::kDebug)) {
+    std::string names;
+    for (auto& w : state.window) names += " " + trace::OpRegistry::instance().name(w->record.op);
+    trace::log(trace::LogLevel::kDebug,
+               "cut key=" + std::to_string(segment.key) + " len=" + std::to_string(segment.length) +
+                   " holding=" + std::to_string(state.holding) + " ready=" + std::to_string(ready != nullptr) +
+                   " full=" + std::to_string(full_match) + " window:" + names);
+  }
   if (full_match) {
     auto work = std::make_unique<backend::SegmentWork>();
     work->program = ready->program;
@@ -291,6 +301,12 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     }
   }
   state.plan.clear();
+}
+
+void reset_adaptive_stats() {
+  for (auto* c : {&g_programs, &g_segments_fused, &g_ops_fused_segments, &g_ops_tile_groups,
+                  &g_ops_per_op, &g_divergences, &g_blacklisted, &g_failures})
+    c->store(0);
 }
 
 AdaptiveStats adaptive_stats() {

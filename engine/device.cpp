@@ -15,6 +15,7 @@
 #include "backend/runtime.h"
 #include "engine/engine.h"
 #include "engine/pch.h"
+#include "engine/recording.h"
 
 namespace neuron::engine {
 namespace {
@@ -57,6 +58,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     if (ptr == nullptr) {
       // Queued work may still hold the last references to freed tensors: let it finish.
       memory.note_retry();
+      flush_windows(index);
       backend::drain_core(index);
       memory.empty_cache();
       ptr = memory.allocate(bytes);
@@ -85,6 +87,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   void emptyCache(c10::MempoolId_t) override {
     for (int i = 0; i < device_count(); ++i) {
+      flush_windows(static_cast<c10::DeviceIndex>(i));
       backend::drain_core(i);
       backend::memory(i).empty_cache();
     }
@@ -227,7 +230,9 @@ class NeuronGeneratorImpl final : public c10::GeneratorImpl {
  private:
   static constexpr auto kNeuronKey = c10::DispatchKey::PrivateUse1;
   void drain() const {
-    if (backend::initialized()) backend::drain_core(device().index());
+    if (!backend::initialized()) return;
+    flush_windows(device().index());
+    backend::drain_core(device().index());
   }
   NeuronGeneratorImpl* clone_impl() const override {
     auto* g = new NeuronGeneratorImpl(device().index(), 0);
@@ -298,10 +303,12 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
               const c10::EventFlag) const override {
     if (*event == nullptr)
       *event = new EventHandle(std::make_shared<backend::Event>(stream.device_index()));
+    flush_windows(stream.device_index());
     event_of(*event).record(backend::stream(stream.device_index(), stream.id()));
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
+    flush_windows(stream.device_index());
     event_of(event).block(backend::stream(stream.device_index(), stream.id()));
   }
   bool queryEvent(void* event) const override {
@@ -311,6 +318,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     delete static_cast<EventHandle*>(event);
   }
   bool queryStream(const c10::Stream& stream) const override {
+    flush_windows(stream.device_index());
     return backend::stream(stream.device_index(), stream.id()).idle();
   }
   void synchronizeStream(const c10::Stream& stream) const override {

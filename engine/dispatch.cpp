@@ -3,6 +3,8 @@
 // the device, queues the work on the current stream and returns at once.
 #include <ATen/core/op_registration/adaption.h>
 
+#include <ATen/ops/empty_like.h>
+
 #include <memory>
 
 #include "backend/op_work.h"
@@ -57,8 +59,12 @@ class Recorder {
   // argument cannot be queued (the caller then runs the op synchronously).
   bool record(c10::ArrayRef<c10::IValue> args) {
     work_.record.reset(info_.id);
-    for (size_t i = 0; i < args.size(); ++i)
+    for (size_t i = 0; i < args.size(); ++i) {
       if (!add(args[i], info_.arg_is_opt_list[i])) return false;
+      // Scalar and float values never decide shapes: a fused program takes them as inputs.
+      if (info_.arg_is_liftable[i] && (args[i].isDouble() || args[i].isInt()))
+        work_.record.lift_last();
+    }
     return true;
   }
 
@@ -263,7 +269,28 @@ void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const Op
 // Where a Meta kernel's output shapes differ from the CPU kernel's, use the CPU's: batch
 // norm outside training returns empty saved statistics on CPU.
 void match_cpu_shapes(const OpInfo& info, c10::ArrayRef<c10::IValue> args,
-                      std::vector<TensorMeta>& outs) {
+                      std::vector<TensorMeta>& outs, const OpWork& work) {
+  // Empty out= tensors resized by the op: CPU's TensorIterator lays them out like their
+  // same-shape input (a permuted input gives a permuted output); some Meta kernels resize
+  // them contiguous instead. Follow the CPU.
+  for (size_t w = 0; w < info.write_args.size() && w < outs.size(); ++w) {
+    const size_t arg = static_cast<size_t>(info.write_args[w]);
+    if (!info.arg_is_out[arg] || !args[arg].isTensor()) continue;
+    const at::Tensor& out = args[arg].toTensor();
+    if (out.numel() != 0) continue;
+    TensorMeta& m = outs[w];
+    for (size_t k = 0; k < work.record.tensors.size(); ++k) {
+      const TensorMeta& in = work.record.tensors[k];
+      if (!in.defined || in.device < 0 || in.ndim != m.ndim || in.ndim < 2 || in.storage == 0) continue;
+      if (k < work.inputs.size() && !work.inputs[k].storage) continue;
+      bool same = true;
+      for (int d = 0; d < m.ndim; ++d) same &= in.sizes[d] == m.sizes[d];
+      if (!same) continue;
+      at::Tensor like = at::empty_like(backend::meta_tensor(in), at::MemoryFormat::Preserve);
+      for (int d = 0; d < m.ndim; ++d) m.strides[d] = like.stride(d);
+      break;
+    }
+  }
   const bool batch_norm = info.name == "aten::native_batch_norm" ||
                           info.name == "aten::_native_batch_norm_legit" ||
                           info.name == "aten::_native_batch_norm_legit.no_stats";
@@ -337,7 +364,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // succeeds or raises the error CPU eager would raise.
       return run_synchronously(op, info, stack);
     }
-    match_cpu_shapes(info, args, outs);
+    match_cpu_shapes(info, args, outs, *work);
     if (work->record.hashable) shape_cache().insert(work->record, key, outs);
   }
 

@@ -101,7 +101,7 @@ int device_count() {
 
 void synchronize_stream(backend::Stream& stream, const char* cause) {
   g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
-  SyncScope scope(stream.device(), cause);
+  SyncScope scope(static_cast<c10::DeviceIndex>(stream.device()), cause);
   try {
     stream.synchronize();
   } catch (const backend::WorkerError& e) {
@@ -137,6 +137,11 @@ Counters counters() {
   return c;
 }
 
-void reset_counters() { g_counters.reset(); }
+void reset_adaptive_stats();  // adaptive.cpp
+
+void reset_counters() {
+  g_counters.reset();
+  reset_adaptive_stats();
+}
 
 }  // namespace neuron::engine

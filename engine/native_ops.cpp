@@ -15,6 +15,7 @@
 #include "engine/counters.h"
 #include "engine/dispatch.h"
 #include "engine/engine.h"
+#include "engine/recording.h"
 #include "engine/stream_state.h"
 #include "engine/pch.h"
 #include "engine/tensor_factory.h"
@@ -126,6 +127,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   const bool src_neuron = self.device().type() == kNeuron;
   const bool dst_neuron = dst.device().type() == kNeuron;
   if (self.numel() == 0 && dst.numel() == 0) return dst;
+  // Copies are queued directly: ops held in an adaptive window must go first.
+  if (src_neuron) flush_windows(self.device().index());
+  if (dst_neuron && (!src_neuron || dst.device().index() != self.device().index()))
+    flush_windows(dst.device().index());
   if (src_neuron && !dst_neuron) {
     // Device to host: the host read waits for the queue.
     synchronize(self.device().index(), "copy to host");

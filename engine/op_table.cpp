@@ -108,11 +108,14 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
   const auto& args = s.arguments();
   info->arg_is_out.resize(args.size());
   info->arg_is_opt_list.resize(args.size());
+  info->arg_is_liftable.resize(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].alias_info() && args[i].alias_info()->isWrite())
       info->write_args.push_back(static_cast<int>(i));
     info->arg_is_out[i] = args[i].is_out();
     info->arg_is_opt_list[i] = is_optional_tensor_list_type(args[i].type());
+    const auto kind = args[i].type()->kind();
+    info->arg_is_liftable[i] = kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType;
   }
   bool all_views = !s.returns().empty();
   for (const auto& r : s.returns()) {

@@ -26,6 +26,7 @@ struct OpInfo {
   std::vector<int> write_args;          // arguments annotated as written (Tensor(a!))
   std::vector<bool> arg_is_out;         // per argument: a kwarg-only out= tensor
   std::vector<bool> arg_is_opt_list;    // per argument: Tensor?[]
+  std::vector<bool> arg_is_liftable;    // per argument: a Scalar or float value
   bool needs_work = true;               // false for pure views: nothing to execute
   std::optional<c10::OperatorHandle> out_variant;
   std::atomic<bool> out_refused{false};  // the worker saw the out variant fail

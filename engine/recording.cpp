@@ -109,6 +109,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   if (ss.segmenter.open_length() == 0) {
     ss.outputs.clear();
     ss.plan.clear();
+    ss.pinned.clear();
     return;
   }
   // An output is alive if the program still holds it, or holds a view of its storage.
@@ -121,6 +122,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     alive.push_back(viewed || ss.outputs[i].use_count() > 0);
   }
   ss.viewed.clear();
+  ss.pinned.clear();
   auto s = ss.segmenter.flush(reason, alive);
   ss.outputs.clear();
   if (!s) return;
@@ -141,6 +143,9 @@ trace::TraceCache& trace_cache() {
   return *cache;
 }
 
+std::atomic<bool> g_lift_scalars{true};
+bool active_policy_lifts() { return g_lift_scalars.load(std::memory_order_relaxed); }
+
 fusion::Policy active_policy() {
   std::lock_guard lock(g_policy_mutex);
   return g_policy;
@@ -151,6 +156,7 @@ void set_active_policy(const fusion::Policy& policy) {
     std::lock_guard lock(g_policy_mutex);
     g_policy = policy;
   }
+  g_lift_scalars = policy.lift_scalars;
   trace_cache().set_hot_threshold(policy.hot_threshold);
   // Open segments close; new segmenters follow the new policy.
   flush_all_windows();
@@ -212,9 +218,10 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
                    c10::DeviceIndex core, int64_t stream, uint64_t start_ns,
                    const std::vector<at::Tensor>& fresh_outputs) {
   const backend::OpWork& work = *owned;
+  const std::vector<backend::TensorSource> work_inputs = work.inputs;  // owned may move
   trace::SegmentOp op;
   op.op = info.id;
-  op.signature = work.record.hash();
+  op.signature = active_policy_lifts() ? work.record.lifted_hash() : work.record.hash();
   op.seq = work.seq;
   op.inputs.reserve(work.record.tensors.size());
   for (const auto& m : work.record.tensors) op.inputs.push_back(m.defined && m.device >= 0 ? m.storage : 0);
@@ -231,6 +238,10 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
       for (auto& v : plan_op.outputs) if (v == 0) v = -1;
       adaptive_take(ss, std::move(owned), std::move(plan_op), op.signature, core, stream);
     }
+    for (const auto& src : work_inputs)
+      if (src.storage) ss.pinned.push_back(src.storage);
+    for (const auto& t : fresh_outputs)
+      if (t.defined()) ss.pinned.push_back(t.storage());
     for (const auto& t : fresh_outputs)
       ss.outputs.emplace_back(t.defined() ? c10::weak_intrusive_ptr<c10::TensorImpl>(
                                                 t.getIntrusivePtr())

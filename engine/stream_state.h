@@ -26,6 +26,9 @@ struct StreamState {
   std::vector<std::shared_ptr<ReadyProgram>> candidates;  // ready programs still matching
   bool holding = false;
   std::vector<uint64_t> viewed;  // storages of open-segment outputs that views were taken of
+  // Every storage the open segment touches stays alive until the cut, so no address is
+  // reused inside a segment: dataflow edges (keyed by storage identity) are exact.
+  std::vector<c10::Storage> pinned;
   explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
 };
 

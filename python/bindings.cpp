@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/runtime.h"
+#include "backend/segment_work.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
 #include "fusion/policy.h"
@@ -117,6 +118,7 @@ PYBIND11_MODULE(_C, m) {
       engine::synchronize(static_cast<c10::DeviceIndex>(index), "torch.neuron.synchronize");
   }, py::arg("device") = -1);
   m.def("pending_work", [](int index) {
+    engine::flush_windows(index_or_current(index));  // held ops count as pending
     return backend::pending_work(index_or_current(index));
   }, py::arg("device") = -1);
   m.def("memory_stats", &memory_stats);
@@ -131,6 +133,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("empty_cache", [] {
     py::gil_scoped_release no_gil;
     for (int i = 0; i < engine::device_count(); ++i) {
+      engine::flush_windows(static_cast<c10::DeviceIndex>(i));
       backend::drain_core(i);
       backend::memory(i).empty_cache();
     }
@@ -164,6 +167,7 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("reset_counters", [] { engine::reset_counters(); });
+  m.def("_inject_tile_group_failures", [](int n) { backend::inject_tile_group_failures(n); });
   engine::set_stack_capture(&capture_python_stack);
   m.def("trace_start", [](const std::string& path, const std::string& user_json) {
     engine::start_trace(path, user_json);

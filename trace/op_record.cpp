@@ -34,6 +34,7 @@ void OpRecord::reset(OpId id) {
   hashable = true;
   tensors.clear();
   signature.clear();
+  lifted.clear();
   signature.push_back(id);
 }
 
@@ -121,5 +122,9 @@ void OpRecord::add_opaque() {
 }
 
 uint64_t OpRecord::hash() const { return hash_words(signature.data(), signature.size()); }
+
+uint64_t OpRecord::lifted_hash() const {
+  return hash_words_masked(signature.data(), signature.size(), lifted.data(), lifted.size());
+}
 
 }  // namespace neuron::trace

@@ -57,6 +57,7 @@ struct OpRecord {
   bool hashable = true;             // false when an argument has no stable encoding
   std::vector<TensorMeta> tensors;  // tensor arguments in schema order, lists flattened
   std::vector<int64_t> signature;   // canonical words: op id, then tag + payload per argument
+  std::vector<uint32_t> lifted;     // positions of scalar values a fused program takes as inputs
 
   void reset(OpId id);
   void add_tensor(const TensorMeta& meta);
@@ -78,6 +79,10 @@ struct OpRecord {
 
   // XXH3-64 of the signature words.
   uint64_t hash() const;
+  // Marks the last word as a liftable scalar value (Scalar and float arguments).
+  void lift_last() { lifted.push_back(static_cast<uint32_t>(signature.size() - 1)); }
+  // The hash with lifted scalar values read as zero: one key for every value.
+  uint64_t lifted_hash() const;
 };
 
 // Appends the signature words of one tensor's geometry (dtype, rank, sizes, strides, offset).

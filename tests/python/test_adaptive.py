@@ -1,0 +1,226 @@
+"""Adaptive mode: hot segments run as fused programs and give the results per-op eager
+gives (and CPU eager, the oracle)."""
+
+import os
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+import neuron_eager
+
+N_PROGRAMS = int(os.environ.get("NEURON_DIFF_PROGRAMS", "2000"))
+SEED = int(os.environ.get("NEURON_DIFF_SEED", "0"))
+ITERATIONS = 5  # the default policy compiles a segment on its 3rd occurrence
+
+# (name, arity, transcendental)
+POINTWISE = [
+    ("add", 2, False), ("sub", 2, False), ("mul", 2, False), ("div", 2, False),
+    ("maximum", 2, False), ("where", 2, False), ("addcmul", 3, False), ("lerp", 2, False),
+    ("scale", 1, False), ("neg", 1, False), ("abs", 1, False), ("clamp", 1, False),
+    ("gelu", 1, True), ("tanh", 1, True), ("sigmoid", 1, True), ("exp", 1, True),
+    ("silu", 1, True),
+]
+
+
+def apply(name, xs):
+    a = xs[0]
+    if name == "add": return a + xs[1]
+    if name == "sub": return a - xs[1]
+    if name == "mul": return a * xs[1]
+    if name == "div": return a / (xs[1].abs() + 0.5)
+    if name == "maximum": return torch.maximum(a, xs[1])
+    if name == "where": return torch.where(a > xs[1], a, xs[1])
+    if name == "addcmul": return torch.addcmul(a, xs[1], xs[2], value=0.5)
+    if name == "lerp": return torch.lerp(a, xs[1], 0.25)
+    if name == "scale": return a * 1.5 + 0.25
+    if name == "neg": return -a
+    if name == "abs": return a.abs()
+    if name == "clamp": return a.clamp(-1.0, 1.0)
+    if name == "gelu": return nn.functional.gelu(a)
+    if name == "tanh": return a.tanh()
+    if name == "sigmoid": return a.sigmoid()
+    if name == "exp": return (a.clamp(-5, 5)).exp()
+    if name == "silu": return nn.functional.silu(a)
+    raise AssertionError(name)
+
+
+def make_program(rng):
+    """A random straight-line program over a few inputs: pointwise chains, reductions,
+    matmuls, views and in-place updates."""
+    shape = rng.choice([(7,), (33, 5), (4, 16, 3), (128, 64), (3, 1000)])
+    dtype = rng.choice([torch.float32, torch.float32, torch.float64])
+    steps, transcendental = [], False
+    n_values = 3
+    for _ in range(rng.randint(4, 14)):
+        kind = rng.random()
+        if kind < 0.7:
+            name, arity, trans = rng.choice(POINTWISE)
+            transcendental |= trans
+            steps.append(("pw", name, [rng.randrange(n_values) for _ in range(arity)]))
+        elif kind < 0.8:
+            steps.append(("reduce", rng.choice(["sum", "mean", "amax"]), [rng.randrange(n_values)]))
+        elif kind < 0.88 and len(shape) == 2:
+            steps.append(("matmul", "mm", [rng.randrange(n_values), rng.randrange(n_values)]))
+        elif kind < 0.94:
+            steps.append(("view", rng.choice(["t", "flip"]), [rng.randrange(n_values)]))
+        else:
+            steps.append(("inplace", rng.choice(["add_", "mul_"]), [rng.randrange(n_values), rng.randrange(n_values)]))
+        n_values += 1
+    return shape, dtype, steps, transcendental
+
+
+def run_program(program, inputs):
+    shape, _, steps, _ = program
+    values = list(inputs)
+    for kind, name, args in steps:
+        xs = [values[i] for i in args]
+        if kind == "pw":
+            xs = [x if x.shape == xs[0].shape else xs[0] for x in xs]
+            out = apply(name, xs)
+        elif kind == "reduce":
+            r = getattr(xs[0], name)(dim=-1, keepdim=True)
+            out = xs[0] - r  # back to full shape so later steps can use it
+        elif kind == "matmul":
+            a = xs[0] if xs[0].shape == shape else values[0]
+            out = (a @ a.t())[:, : shape[1]] if shape[0] >= shape[1] else a * 2
+            out = out if out.shape == shape else a
+        elif kind == "view":
+            a = xs[0] if xs[0].shape == shape else values[0]
+            out = a.t().contiguous().t() * 1.0 if name == "t" and a.dim() == 2 else a.flip(-1)
+        else:
+            a = xs[0].clone() if xs[0].shape == shape else values[0].clone()
+            b = xs[1] if xs[1].shape == shape else a
+            getattr(a, name)(b)
+            out = a
+        values.append(out)
+    return values[-1]
+
+
+def run_loop(program, cpu_inputs, device):
+    inputs = [x.to(device) for x in cpu_inputs]
+    outs = [run_program(program, inputs) for _ in range(ITERATIONS)]
+    return [o.cpu() for o in outs]
+
+
+def close(actual, expected, transcendental):
+    if transcendental:
+        # Transcendental kernels may take their vector or scalar path at other positions
+        # inside tiles: within a few ulp.
+        eps = torch.finfo(expected.dtype).eps
+        torch.testing.assert_close(actual, expected, rtol=8 * eps, atol=8 * eps)
+    else:
+        assert torch.equal(actual, expected)
+
+
+@pytest.fixture
+def adaptive():
+    previous = neuron_eager.get_mode()
+    neuron_eager.set_mode("adaptive")
+    yield
+    neuron_eager.set_mode(previous)
+
+
+def test_differential_random_programs(adaptive):
+    rng = random.Random(SEED)
+    before = neuron_eager.counters()
+    mismatches = []
+    for index in range(N_PROGRAMS):
+        program = make_program(rng)
+        shape, dtype, _, transcendental = program
+        g = torch.Generator().manual_seed(SEED * 100003 + index)
+        cpu_inputs = [torch.randn(shape, generator=g, dtype=dtype) for _ in range(3)]
+        expected = run_program(program, cpu_inputs)
+        neuron_eager.set_mode("eager")
+        eager = run_loop(program, cpu_inputs, "neuron")
+        neuron_eager.set_mode("adaptive")
+        fused = run_loop(program, cpu_inputs, "neuron")
+        try:
+            for e, f in zip(eager, fused):
+                assert torch.equal(e, expected), "eager differs from CPU"
+                close(f, e, transcendental)
+        except AssertionError as err:
+            mismatches.append((index, program, str(err)[:200]))
+    after = neuron_eager.counters()
+    print(f"differential: {N_PROGRAMS} programs, {len(mismatches)} mismatches, "
+          f"{after['segments_fused'] - before['segments_fused']} fused segment runs")
+    assert not mismatches, mismatches[:3]
+    assert after["segments_fused"] > before["segments_fused"], "nothing was fused"
+    assert after["ops_in_tile_groups"] > before["ops_in_tile_groups"]
+
+
+def mlp_losses(steps, mode):
+    neuron_eager.set_mode(mode)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(16, 32).to("neuron")
+    y = torch.randint(0, 10, (16,)).to("neuron")
+    losses, counters = [], None
+    for step in range(steps):
+        if step == steps // 2:
+            neuron_eager.reset_counters()  # steady state from here
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    counters = neuron_eager.counters()
+    weights = [p.detach().cpu() for p in model.parameters()]
+    return losses, weights, counters
+
+
+def test_mlp_training_adaptive_matches_eager_and_fuses(adaptive):
+    eager_losses, eager_w, _ = mlp_losses(16, "eager")
+    losses, weights, c = mlp_losses(16, "adaptive")
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=1e-6, atol=1e-6)
+    for a, b in zip(weights, eager_w):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    fused, per_op = c["ops_in_fused_segments"], c["ops_per_op"]
+    share = fused / max(1, fused + per_op)
+    print(f"steady state: {share:.1%} of ops ran inside fused segments "
+          f"({c['ops_in_tile_groups']} in tile groups)")
+    assert share >= 0.9, c
+
+
+def test_shapes_changing_every_step_stay_correct_and_compile_nothing(adaptive):
+    before = neuron_eager.counters()["programs"]
+    for n in range(5, 45):
+        x = torch.randn(n, 3)
+        out = ((x.to("neuron") * 2 + 1).tanh() * x.to("neuron")).cpu()
+        torch.testing.assert_close(out, (x * 2 + 1).tanh() * x, rtol=1e-6, atol=1e-7)
+    # No shape repeats, so no key gets hot: the policy allows no compile.
+    assert neuron_eager.counters()["programs"] == before
+
+
+def test_failure_inside_a_fused_segment_reruns_per_op_and_blacklists(adaptive):
+    x = torch.randn(4096)
+    expected = ((x * 3 - 1).sigmoid() + x) * 0.5
+
+    def step(t):
+        return ((t * 3 - 1).sigmoid() + t) * 0.5
+
+    xn = x.to("neuron")
+    for _ in range(4):  # make the segment ready
+        step(xn).cpu()
+    before = neuron_eager.counters()
+    neuron_eager._C._inject_tile_group_failures(1)
+    outs = [step(xn).cpu() for _ in range(4)]
+    after = neuron_eager.counters()
+    neuron_eager._C._inject_tile_group_failures(0)
+    for o in outs:
+        torch.testing.assert_close(o, expected, rtol=1e-6, atol=1e-6)
+    assert after["blacklisted"] > before["blacklisted"]
+
+
+def test_deterministic_algorithms_turn_fusion_off(adaptive):
+    torch.use_deterministic_algorithms(True)
+    try:
+        before = neuron_eager.counters()["segments_fused"]
+        x = torch.randn(256).to("neuron")
+        for _ in range(6):
+            ((x + 1) * 2).exp().cpu()
+        assert neuron_eager.counters()["segments_fused"] == before
+    finally:
+        torch.use_deterministic_algorithms(False)
