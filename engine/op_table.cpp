@@ -2,7 +2,7 @@
 
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
+#include <tbb/concurrent_hash_map.h>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -150,9 +150,11 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
   return info;
 }
 
+// Read on every dispatch from any thread (autograd runs backward on its own threads):
+// TBB's concurrent map answers lookups without a lock; inserts happen once per schema.
 struct Table {
-  std::shared_mutex mutex;
-  std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> infos;
+  std::mutex mark_mutex;
+  tbb::concurrent_hash_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> infos;
 };
 
 Table& table() {
@@ -166,21 +168,20 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* key = &op.schema();
   Table& t = table();
   {
-    std::shared_lock lock(t.mutex);
-    auto it = t.infos.find(key);
-    if (it != t.infos.end()) return *it->second;
+    decltype(t.infos)::const_accessor found;
+    if (t.infos.find(found, key)) return *found->second;
   }
   auto built = build(op);
-  std::unique_lock lock(t.mutex);
-  auto& slot = t.infos[key];
-  if (!slot) slot = std::move(built);
-  return *slot;
+  decltype(t.infos)::accessor slot;
+  if (t.infos.insert(slot, key)) slot->second = std::move(built);
+  return *slot->second;
 }
 
 void mark_synchronous(OpInfo& info, std::string reason) {
-  std::unique_lock lock(table().mutex);
-  info.synchronous = true;
+  std::lock_guard lock(table().mark_mutex);
+  if (info.synchronous.load()) return;
   info.synchronous_reason = std::move(reason);
+  info.synchronous.store(true, std::memory_order_release);
 }
 
 }  // namespace neuron::engine

@@ -31,7 +31,7 @@ struct OpInfo {
   std::optional<c10::OperatorHandle> out_variant;
   std::atomic<bool> out_refused{false};  // the worker saw the out variant fail
   // Ops that must run at once on the caller's thread, with the reason.
-  bool synchronous = false;
+  std::atomic<bool> synchronous{false};
   std::string synchronous_reason;
 };
 

@@ -218,7 +218,6 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
                    c10::DeviceIndex core, int64_t stream, uint64_t start_ns,
                    const std::vector<at::Tensor>& fresh_outputs) {
   const backend::OpWork& work = *owned;
-  const std::vector<backend::TensorSource> work_inputs = work.inputs;  // owned may move
   trace::SegmentOp op;
   op.op = info.id;
   op.signature = active_policy_lifts() ? work.record.lifted_hash() : work.record.hash();
@@ -232,14 +231,14 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
   const bool adaptive = mode() == Mode::kAdaptive;
   {
     std::lock_guard lock(ss.mutex);
+    for (const auto& src : work.inputs)
+      if (src.storage) ss.pinned.push_back(src.storage);
     if (adaptive) {
       fusion::PlanOp plan_op = plan_op_of(work, info);
       plan_op.outputs = {op.outputs.begin(), op.outputs.end()};
       for (auto& v : plan_op.outputs) if (v == 0) v = -1;
       adaptive_take(ss, std::move(owned), std::move(plan_op), op.signature, core, stream);
     }
-    for (const auto& src : work_inputs)
-      if (src.storage) ss.pinned.push_back(src.storage);
     for (const auto& t : fresh_outputs)
       if (t.defined()) ss.pinned.push_back(t.storage());
     for (const auto& t : fresh_outputs)
