@@ -224,3 +224,37 @@ def test_deterministic_algorithms_turn_fusion_off(adaptive):
         assert neuron_eager.counters()["segments_fused"] == before
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def llama_losses(mode, steps=12):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    neuron_eager.set_mode(mode)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64)
+    model = LlamaForCausalLM(config).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1)).to("neuron")
+    losses = []
+    for step in range(steps):
+        if step == steps // 2:
+            neuron_eager.reset_counters()
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, neuron_eager.counters()
+
+
+def test_small_llama_training_adaptive_matches_eager(adaptive):
+    eager, _ = llama_losses("eager")
+    fused, c = llama_losses("adaptive")
+    torch.testing.assert_close(torch.tensor(fused), torch.tensor(eager), rtol=1e-5, atol=1e-5)
+    share = c["ops_in_fused_segments"] / max(1, c["ops_in_fused_segments"] + c["ops_per_op"])
+    print(f"small Llama steady state: {share:.1%} of ops inside fused segments")
+    # Measured 90.4-91.5% over runs; what stays per op is mostly one-op segments between
+    # back-to-back matmuls (cut after each). The bound leaves room for run-to-run spread.
+    assert share >= 0.85, c
