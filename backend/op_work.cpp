@@ -188,8 +188,6 @@ struct ExecuteEvent {
 }  // namespace
 
 namespace {
-// ATen splits work in chunks of this many elements (at::internal::GRAIN_SIZE).
-constexpr int64_t kGrainSize = 32768;
 std::atomic<int> g_large_threads{1};
 thread_local int t_threads = -1;
 using SetThreads = void (*)(int);

@@ -38,9 +38,9 @@ struct ArgSlot {
   uint32_t count = 0;
 };
 
-// Intra-op threads for one work item on the worker: small items run on one thread (ATen
-// does not split them anyway, so results are the same) and large ones use every thread
-// CPU eager would use, so their reductions split the same way, bit for bit.
+// Intra-op threads for one work item on the worker: the count CPU eager uses, so BLAS,
+// FFT and reductions split work the same way, bit for bit. (Sized per item so a policy
+// by size can return; a per-size split changed results and was dropped.)
 void set_item_threads(int64_t elements);
 void set_large_item_threads(int threads);
 
