@@ -267,7 +267,6 @@ void note_synchronous_op(const OpInfo& info) {
   if (!observing() && !any_window_open()) return;
   // A barrier: segments never contain it.
   const c10::DeviceIndex core = current_device();
-  const int64_t stream = current_stream_id(core);
   // Everything held on this core goes first: the op runs right now on the host.
   for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
     StreamState* st = find_stream_state(core, s);
