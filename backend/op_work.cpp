@@ -109,40 +109,9 @@ at::Tensor source_tensor(const TensorSource& s, const trace::TensorMeta& m) {
 
 void OpWork::build_stack(torch::jit::Stack& stack, bool with_outputs) const {
   stack.reserve(slots.size() + output_metas.size());
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const ArgSlot& slot = slots[i];
-    switch (slot.kind) {
-      case SlotKind::kValue:
-        stack.push_back(values[i]);
-        break;
-      case SlotKind::kTensor: {
-        at::Tensor t = source_tensor(inputs[slot.first], record.tensors[slot.first]);
-        if (t.defined())
-          stack.emplace_back(std::move(t));
-        else
-          stack.emplace_back();
-        break;
-      }
-      case SlotKind::kTensorList: {
-        c10::List<at::Tensor> list;
-        list.reserve(slot.count);
-        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k)
-          list.push_back(source_tensor(inputs[k], record.tensors[k]));
-        stack.emplace_back(std::move(list));
-        break;
-      }
-      case SlotKind::kOptionalTensorList: {
-        c10::List<std::optional<at::Tensor>> list;
-        list.reserve(slot.count);
-        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) {
-          at::Tensor t = source_tensor(inputs[k], record.tensors[k]);
-          list.push_back(t.defined() ? std::optional<at::Tensor>(std::move(t)) : std::nullopt);
-        }
-        stack.emplace_back(std::move(list));
-        break;
-      }
-    }
-  }
+  push_arguments(
+      stack, [&](uint32_t k) { return source_tensor(inputs[k], record.tensors[k]); },
+      [&](size_t i) -> const c10::IValue& { return values[i]; });
   if (!with_outputs) return;
   size_t k = 0;
   for (size_t r = 0; r < output_groups.size(); ++r) {

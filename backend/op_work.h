@@ -71,10 +71,11 @@ class OpWork final : public WorkItem {
   OpWork() : op(dummy_handle()) {}
   OpWork(const c10::OperatorHandle& handle) : op(handle) {}
 
-  // The arguments with each tensor slot taken from map(index into record.tensors);
-  // out= arguments are not added.
-  template <typename Map>
-  void build_stack_mapped(torch::jit::Stack& stack, Map&& map) const;
+  // Pushes the op's arguments (no out= arguments): plain values from value_of(i) for
+  // argument i, tensors from tensor_of(k) for record.tensors[k], lists rebuilt. The one
+  // place that turns a recorded op back into a stack (CPU run, Meta run, tiles).
+  template <typename TensorOf, typename ValueOf>
+  void push_arguments(torch::jit::Stack& stack, TensorOf&& tensor_of, ValueOf&& value_of) const;
 
  private:
   static c10::OperatorHandle dummy_handle();
@@ -82,20 +83,40 @@ class OpWork final : public WorkItem {
   void copy_results(const torch::jit::Stack& stack) const;
 };
 
-template <typename Map>
-void OpWork::build_stack_mapped(torch::jit::Stack& stack, Map&& map) const {
+template <typename TensorOf, typename ValueOf>
+void OpWork::push_arguments(torch::jit::Stack& stack, TensorOf&& tensor_of,
+                            ValueOf&& value_of) const {
   for (size_t i = 0; i < slots.size(); ++i) {
     const ArgSlot& slot = slots[i];
-    if (slot.kind == SlotKind::kTensor) {
-      at::Tensor t = map(slot.first);
-      if (t.defined())
-        stack.emplace_back(std::move(t));
-      else
-        stack.emplace_back();
-    } else if (slot.kind == SlotKind::kValue) {
-      stack.push_back(values[i]);
-    } else {
-      TORCH_CHECK(false, "neuron: tensor lists cannot run in a tile group");
+    switch (slot.kind) {
+      case SlotKind::kValue:
+        stack.push_back(value_of(i));
+        break;
+      case SlotKind::kTensor: {
+        at::Tensor t = tensor_of(slot.first);
+        if (t.defined())
+          stack.emplace_back(std::move(t));
+        else
+          stack.emplace_back();
+        break;
+      }
+      case SlotKind::kTensorList: {
+        c10::List<at::Tensor> list;
+        list.reserve(slot.count);
+        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) list.push_back(tensor_of(k));
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case SlotKind::kOptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> list;
+        list.reserve(slot.count);
+        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) {
+          at::Tensor t = tensor_of(k);
+          list.push_back(t.defined() ? std::optional<at::Tensor>(std::move(t)) : std::nullopt);
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
     }
   }
 }

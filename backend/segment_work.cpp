@@ -71,7 +71,7 @@ void SegmentWork::run_group(const fusion::Step& step) {
           return tile_of(src.storage, m, lo, hi);
         };
         stack.clear();
-        op.build_stack_mapped(stack, input);
+        op.push_arguments(stack, input, [&](size_t i) -> const c10::IValue& { return op.values[i]; });
         for (size_t o = 0; o < op.output_metas.size(); ++o) {
           auto s = scratch.find(storage_id(op.output_storages[o]));
           stack.emplace_back(s != scratch.end()

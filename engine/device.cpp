@@ -24,10 +24,6 @@ namespace {
 
 constexpr auto kNeuron = c10::DeviceType::PrivateUse1;
 
-void check_index(c10::DeviceIndex index) {
-  TORCH_CHECK(index >= 0 && index < device_count(), "neuron: invalid device index ", int(index),
-              "; this process has ", device_count(), " NeuronCores (NEURON_CORES)");
-}
 
 // ---- generator ------------------------------------------------------------
 
@@ -228,7 +224,7 @@ class NeuronHooks final : public at::PrivateUse1HooksInterface {
 c10::DeviceIndex current_device() { return t_current_device; }
 
 void set_current_device(c10::DeviceIndex index) {
-  check_index(index);
+  check_device_index(index);
   t_current_device = index;
 }
 
@@ -237,7 +233,7 @@ int64_t current_stream_id(c10::DeviceIndex index) {
 }
 
 void set_current_stream_id(c10::DeviceIndex index, int64_t id) {
-  check_index(index);
+  check_device_index(index);
   TORCH_CHECK(id >= 0 && id < backend::kMaxStreamsPerCore, "neuron: invalid stream id ", id);
   t_current_stream.at(static_cast<size_t>(index)) = id;
 }
@@ -248,13 +244,13 @@ backend::Stream& current_stream(c10::DeviceIndex index) {
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
   if (index < 0) index = current_device();
-  check_index(index);
+  check_device_index(index);
   return default_generators()[static_cast<size_t>(index)];
 }
 
 at::Generator new_generator(c10::DeviceIndex index) {
   if (index < 0) index = current_device();
-  check_index(index);
+  check_device_index(index);
   return at::make_generator<NeuronGeneratorImpl>(index, c10::detail::getNonDeterministicRandom());
 }
 

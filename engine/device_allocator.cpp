@@ -19,10 +19,6 @@ namespace {
 
 constexpr auto kNeuron = c10::DeviceType::PrivateUse1;
 
-void check_index(c10::DeviceIndex index) {
-  TORCH_CHECK(index >= 0 && index < device_count(), "neuron: invalid device index ", int(index),
-              "; this process has ", device_count(), " NeuronCores (NEURON_CORES)");
-}
 
 
 std::string format_bytes(size_t n) {
@@ -92,7 +88,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex index) override {
-    check_index(index);
+    check_device_index(index);
     auto s = backend::memory(index).stats();
     c10::CachingDeviceAllocator::DeviceStats out;
     auto fill = [](c10::CachingAllocator::StatArray& dst, const backend::MemoryStat& src) {
@@ -118,17 +114,17 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   }
 
   void resetAccumulatedStats(c10::DeviceIndex index) override {
-    check_index(index);
+    check_device_index(index);
     backend::memory(index).reset_accumulated();
   }
 
   void resetPeakStats(c10::DeviceIndex index) override {
-    check_index(index);
+    check_device_index(index);
     backend::memory(index).reset_peaks();
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
-    check_index(index);
+    check_device_index(index);
     auto& memory = backend::memory(index);
     size_t reserved = static_cast<size_t>(memory.stats().reserved_bytes.current);
     return {memory.capacity() - std::min(reserved, memory.capacity()), memory.capacity()};

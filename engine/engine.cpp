@@ -99,6 +99,11 @@ int device_count() {
   return g_config.cores;
 }
 
+void check_device_index(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < device_count(), "neuron: invalid device index ", int(index),
+              "; this process has ", device_count(), " NeuronCores (NEURON_CORES)");
+}
+
 void synchronize_stream(backend::Stream& stream, const char* cause) {
   g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
   SyncScope scope(static_cast<c10::DeviceIndex>(stream.device()), cause);

@@ -24,6 +24,8 @@ bool launch_blocking();
 void set_launch_blocking(bool on);
 
 int device_count();
+// Throws a c10::Error naming the index and NEURON_CORES for an index out of range.
+void check_device_index(c10::DeviceIndex index);
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 int64_t current_stream_id(c10::DeviceIndex index);

@@ -6,9 +6,7 @@
 
 namespace neuron::engine {
 
-using backend::ArgSlot;
 using backend::OpWork;
-using backend::SlotKind;
 using trace::TensorMeta;
 
 void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const OpWork& work,
@@ -23,44 +21,13 @@ void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const Op
     if (host.defined() && host.dim() == 0) return host;  // CPU scalars mix with any device
     return backend::meta_tensor(m);
   };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const ArgSlot& slot = work.slots[i];
-    switch (slot.kind) {
-      case SlotKind::kValue: {
-        const c10::IValue& v = args[i];
-        if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1)
-          stack.emplace_back(c10::Device(c10::kMeta));
-        else if (v.isGenerator())
-          stack.emplace_back();
-        else
-          stack.push_back(v);
-        break;
-      }
-      case SlotKind::kTensor: {
-        at::Tensor t = meta_of(slot.first);
-        if (t.defined())
-          stack.emplace_back(std::move(t));
-        else
-          stack.emplace_back();
-        break;
-      }
-      case SlotKind::kTensorList: {
-        c10::List<at::Tensor> list;
-        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) list.push_back(meta_of(k));
-        stack.emplace_back(std::move(list));
-        break;
-      }
-      case SlotKind::kOptionalTensorList: {
-        c10::List<std::optional<at::Tensor>> list;
-        for (uint32_t k = slot.first; k < slot.first + slot.count; ++k) {
-          at::Tensor t = meta_of(k);
-          list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
-        }
-        stack.emplace_back(std::move(list));
-        break;
-      }
-    }
-  }
+  work.push_arguments(stack, meta_of, [&](size_t i) -> c10::IValue {
+    const c10::IValue& v = args[i];
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1)
+      return c10::IValue(c10::Device(c10::kMeta));
+    if (v.isGenerator()) return c10::IValue();
+    return v;
+  });
   // Written arguments keep their identity through the call: remember them.
   std::vector<c10::IValue> written;
   for (int w : info.write_args) written.push_back(stack[static_cast<size_t>(w)]);
