@@ -16,6 +16,7 @@
 #include "fusion/policy.h"
 #include "trace/op_registry.h"
 #include "engine/stream_state.h"
+#include "trace/dataflow.h"
 #include "trace/segmenter.h"
 
 namespace neuron::engine {
@@ -44,11 +45,7 @@ trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
   p.use_rolling_cut = policy.rolling_bits > 0;
   if (policy.cut_after_matmul) {
     auto& reg = trace::OpRegistry::instance();
-    for (const char* name :
-         {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
-          "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention_for_cpu",
-          "aten::_scaled_dot_product_flash_attention_for_cpu_backward"})
-      p.cut_after.push_back(reg.intern(name));
+    for (const auto& name : fusion::matmul_class_ops()) p.cut_after.push_back(reg.intern(name));
   }
   return p;
 }
@@ -60,6 +57,52 @@ trace::SegmentPolicy default_segment_policy() {
 
 std::array<std::array<std::unique_ptr<StreamState>, backend::kMaxStreamsPerCore>, 64> g_states;
 std::mutex g_states_mutex;
+
+// What replay needs beyond the cuts, per stream (used under the stream's mutex): slot links,
+// the last op seen and the last forced cut written.
+struct ReplayRecordState {
+  trace::DataflowLinker linker;
+  uint64_t session = 0, last_seq = 0, flushed_seq = 0;
+};
+std::array<std::array<std::unique_ptr<ReplayRecordState>, backend::kMaxStreamsPerCore>, 64> g_replay;
+std::atomic<uint64_t> g_replay_session{1};
+
+ReplayRecordState& replay_state(c10::DeviceIndex core, int64_t stream) {
+  auto& slot = g_replay.at(static_cast<size_t>(core)).at(static_cast<size_t>(stream));
+  if (!slot) slot = std::make_unique<ReplayRecordState>();
+  const uint64_t session = g_replay_session.load(std::memory_order_relaxed);
+  if (slot->session != session) *slot = ReplayRecordState{{}, session, 0, 0};
+  return *slot;
+}
+
+// Forced cuts (sync, barrier) do not depend on the policy: replay needs every one, even
+// those that found the segment empty. Dead outputs of each cut let it rebuild keys.
+void emit_replay_cut(c10::DeviceIndex core, int64_t stream, trace::CutReason reason,
+                     const trace::Segment* s, const std::vector<bool>& alive) {
+  auto& rec = Recorder::instance();
+  Event e;
+  e.time_ns = rec.now_ns();
+  e.core = static_cast<uint8_t>(core);
+  e.stream = static_cast<uint16_t>(stream);
+  if (s != nullptr) {
+    for (size_t chunk = 0; chunk * 128 < alive.size(); ++chunk) {
+      Event d = e;
+      d.kind = static_cast<uint8_t>(EventKind::kSegmentLiveness);
+      d.seq = s->first_seq;
+      d.flags = static_cast<uint16_t>(chunk);
+      for (size_t i = chunk * 128; i < std::min(alive.size(), chunk * 128 + 128); ++i)
+        if (!alive[i]) (i % 128 < 64 ? d.value : d.aux) |= uint64_t{1} << (i % 64);
+      if (d.value | d.aux) rec.emit(d);
+    }
+  }
+  if (reason != trace::CutReason::kSync && reason != trace::CutReason::kBarrier) return;
+  ReplayRecordState& r = replay_state(core, stream);
+  if (r.last_seq == r.flushed_seq) return;
+  e.kind = static_cast<uint8_t>(EventKind::kStreamFlush);
+  e.seq = r.flushed_seq = r.last_seq;
+  e.flags = static_cast<uint16_t>(reason);
+  rec.emit(e);
+}
 
 void emit_counters(c10::DeviceIndex core, uint64_t now) {
   if (!trace::recording()) return;
@@ -107,6 +150,7 @@ uint64_t observe_segment(const trace::Segment& s, c10::DeviceIndex core, int64_t
 void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex core,
                   int64_t stream) {
   if (ss.segmenter.open_length() == 0) {
+    if (trace::recording()) emit_replay_cut(core, stream, reason, nullptr, {});
     ss.outputs.clear();
     ss.plan.clear();
     ss.pinned.clear();
@@ -127,6 +171,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   ss.outputs.clear();
   if (!s) return;
   const uint64_t count = observe_segment(*s, core, stream);
+  if (trace::recording()) emit_replay_cut(core, stream, reason, &*s, alive);
   // Liveness of each op's outputs, for the planner.
   size_t k = 0;
   for (auto& op : ss.plan) {
@@ -134,6 +179,28 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     for (size_t o = 0; o < op.outputs.size(); ++o, ++k) op.alive[o] = k < alive.size() ? alive[k] : true;
   }
   adaptive_cut(ss, *s, count, core, stream);
+}
+
+// Bytes the op reads and writes: its tensor inputs and fresh outputs (replay's cost model).
+uint64_t bytes_moved(const backend::OpWork& work) {
+  uint64_t bytes = 0;
+  auto add = [&](const trace::TensorMeta& m) {
+    if (m.defined && m.device >= 0 && m.dtype >= 0)
+      bytes += static_cast<uint64_t>(m.numel()) * c10::elementSize(static_cast<c10::ScalarType>(m.dtype));
+  };
+  for (const auto& m : work.record.tensors) add(m);
+  for (const auto& m : work.output_metas) add(m);
+  return bytes;
+}
+
+uint64_t matmul_flops_of(const backend::OpWork& work, const OpInfo& info) {
+  static const std::vector<trace::OpId> ids = [] {
+    std::vector<trace::OpId> v;
+    for (const auto& name : fusion::matmul_class_ops()) v.push_back(trace::OpRegistry::instance().intern(name));
+    return v;
+  }();
+  if (std::find(ids.begin(), ids.end(), info.id) == ids.end()) return 0;
+  return trace::matmul_flops(info.name, work.record.tensors, work.output_metas);
 }
 
 }  // namespace
@@ -229,8 +296,15 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
     op.outputs.push_back(t.defined() ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl()) : 0);
   StreamState& ss = stream_state(core, stream);
   const bool adaptive = mode() == Mode::kAdaptive;
+  const bool recording = trace::recording();
+  thread_local std::vector<uint32_t> links;
   {
     std::lock_guard lock(ss.mutex);
+    if (recording) {
+      ReplayRecordState& r = replay_state(core, stream);
+      r.last_seq = op.seq;
+      r.linker.link(op.seq, op.inputs, op.outputs, links);
+    }
     for (const auto& src : work.inputs)
       if (src.storage) ss.pinned.push_back(src.storage);
     if (adaptive) {
@@ -257,9 +331,21 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
     e.seq = op.seq;
     e.op = info.id;
     e.value = op.signature;
+    e.aux = bytes_moved(work);
     e.core = static_cast<uint8_t>(core);
     e.stream = static_cast<uint16_t>(stream);
     Recorder::instance().emit(e);
+    thread_local std::vector<Event> dataflow;
+    dataflow.clear();
+    trace::append_dataflow_events(e, links, dataflow);
+    if (uint64_t flops = matmul_flops_of(work, info)) {
+      Event f = dataflow.front();
+      f.flags = trace::kDataflowFlops;
+      f.value = flops;
+      f.aux = 0;
+      dataflow.push_back(f);
+    }
+    for (const auto& d : dataflow) Recorder::instance().emit(d);
   }
 }
 
@@ -325,7 +411,8 @@ void start_trace(const std::string& path, const std::string& user_json) {
                      ",\"mode\":\"" + mode_name(mode()) + "\",\"cores\":" +
                      std::to_string(c.cores) + ",\"hbm_bytes\":" + std::to_string(c.hbm_bytes) +
                      ",\"pid\":" + std::to_string(getpid()) +
-                     ",\"policy\":" + fusion::policy_json(active_policy());
+                     ",\"policy\":" + fusion::policy_json(active_policy()) +
+                     ",\"segment_cache_keys_at_start\":" + std::to_string(trace_cache().size());
   // The caller's fields join ours: {"a":1} -> ,"a":1
   std::string user = user_json;
   while (!user.empty() && std::isspace(static_cast<unsigned char>(user.front()))) user.erase(0, 1);
@@ -337,6 +424,7 @@ void start_trace(const std::string& path, const std::string& user_json) {
     std::lock_guard lock(g_seen_mutex);
     g_seen_causes.clear();
   }
+  g_replay_session.fetch_add(1);  // dataflow links start afresh in each recording
   std::string error;
   Recorder::instance().thread_id("host");
   TORCH_CHECK(Recorder::instance().start(path, meta, error), "neuron: ", error);

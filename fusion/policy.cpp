@@ -138,6 +138,14 @@ std::string knob_names() {
 
 }  // namespace
 
+const std::vector<std::string>& matmul_class_ops() {
+  static const std::vector<std::string> ops = {
+      "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
+      "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention_for_cpu",
+      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
+  return ops;
+}
+
 bool Policy::should_compile(uint32_t n, Tier t) const {
   if (n < min_fusible_ops) return false;
   const double cost = t == Tier::kNative ? compile_cost_us_native : compile_cost_us_instant;

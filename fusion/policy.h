@@ -34,6 +34,9 @@ struct Policy {
   bool should_compile(uint32_t fusible_ops_in_segment, Tier tier_to_build) const;
 };
 
+// Ops that end a segment when cut_after_matmul is on (the engine and replay share it).
+const std::vector<std::string>& matmul_class_ops();
+
 // The built-in policies: default, aggressive, conservative, never.
 std::optional<Policy> builtin_policy(const std::string& name);
 std::vector<std::string> builtin_policy_names();

@@ -19,6 +19,9 @@ enum class EventKind : uint8_t {
   kCompileStart = 10,
   kCompileEnd = 11,
   kSegmentExecute = 12,
+  kOpDataflow = 13,       // host: links of an op's tensor slots (see trace/dataflow.h)
+  kSegmentLiveness = 14,  // host: outputs of a cut segment that were dead at the cut
+  kStreamFlush = 15,      // host: a forced cut point (seq = last op before it, flags = reason)
 };
 
 // Why a segment was cut (SegmentCut flags).
