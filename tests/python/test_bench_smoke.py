@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -37,3 +39,33 @@ def test_adaptive_bench(tmp_path):
     assert set(res) == {"chain small", "adamw", "mlp step"}
     assert all(row["adaptive_ms"] > 0 for row in res.values())
     assert "adapt/cpu" in text
+
+
+def test_suite_tiny(tmp_path):
+    """The suite at --tiny size: every workload under every config runs, matches CPU eager,
+    and lands in the JSON, the Markdown table and the PNG chart."""
+    pytest.importorskip("matplotlib", reason="the suite draws its chart with matplotlib")
+    pytest.importorskip("transformers", reason="the Llama workloads need transformers")
+    sys.path.insert(0, os.path.join(ROOT, "bench", "python"))
+    from suite_workloads import all_workloads
+    from suite_worker import CONFIGS
+
+    run("suite.py", "--tiny", "--repeats", "1", "--out", str(tmp_path))
+    report = json.loads((tmp_path / "results.json").read_text())
+    names = [w.name for w in all_workloads(tiny=True)]
+    assert list(report["workloads"]) == names
+    for name, row in report["workloads"].items():
+        for config in CONFIGS:
+            fig = row["configs"][config]
+            assert fig.get("ok"), (name, config, fig.get("error"))
+            assert fig["median_ms"] > 0 and fig["first_call_ms"] > 0
+        for config, check in row["checks"].items():
+            assert check["ok"] is True, (name, config, check["detail"])
+    assert report["workloads"]["warmup"]["configs"]["adaptive"]["per_call_ms"]
+    assert report["bandwidth"]["machine_gbs"] > 0 and report["tiny_op"]["host_cost_ratio"] > 0
+    statuses = {t["status"] for t in report["targets"]}
+    assert statuses <= {"PASS", "MISS", "n/a"} and len(report["targets"]) >= 10
+    md = (tmp_path / "results.md").read_text()
+    assert all(f"| {n}: " in md for n in names) and "## Targets" in md
+    png = (tmp_path / "results.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
