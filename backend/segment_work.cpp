@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
+#include <chrono>
 #include <unordered_map>
 
 #include "trace/recorder.h"
@@ -30,9 +31,14 @@ std::atomic<int> g_injected_failures{0};
 
 void inject_tile_group_failures(int n) { g_injected_failures.store(n); }
 
-void SegmentWork::run_group(const fusion::Step& step) {
+namespace {
+void maybe_inject_failure() {
   if (g_injected_failures.load() > 0 && g_injected_failures.fetch_sub(1) > 0)
     throw std::runtime_error("injected tile-group failure");
+}
+}  // namespace
+
+void SegmentWork::run_group(const fusion::Step& step) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const int64_t numel = step.numel;
   int64_t operands = 0, widest = 1;
@@ -88,18 +94,35 @@ void SegmentWork::run() {
   const bool traced = seq != 0 && trace::recording();
   const uint64_t start = traced ? trace::Recorder::instance().now_ns() : 0;
   if (traced) trace::Recorder::instance().thread_id("worker");
-  for (const fusion::Step& step : program->steps) {
+  for (size_t i = 0; i < program->steps.size(); ++i) {
+    const fusion::Step& step = program->steps[i];
     if (step.kind == fusion::Step::kExtern) {
       ops[step.first]->run();
       continue;
     }
+    NativeGroup* native = i < natives.size() ? natives[i].get() : nullptr;
+    uint64_t tier1_ns = 0;
     try {
+      maybe_inject_failure();
+      if (native != nullptr) {
+        native->before_first_run(ops, step);
+        if (native->try_run(ops, step)) continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
       run_group(step);
+      tier1_ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     } catch (const std::exception&) {
       // The group's ops are functional: rerunning them per op from their inputs gives
       // the per-op results; the controller blacklists the key.
       if (failures) failures->fetch_add(1);
       for (uint32_t k = step.first; k < step.first + step.count; ++k) ops[k]->run();
+      continue;
+    }
+    if (native == nullptr) continue;
+    try {
+      native->after_tier1(ops, step, tier1_ns);  // results are written: tier 2 bookkeeping only
+    } catch (const std::exception&) {
     }
   }
   if (traced && trace::recording()) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/native_group.h"
 #include "backend/op_work.h"
 #include "fusion/planner.h"
 
@@ -22,6 +23,8 @@ class SegmentWork final : public WorkItem {
 
   std::shared_ptr<const fusion::Program> program;
   std::vector<std::unique_ptr<OpWork>> ops;
+  // Per step: the tile group's tier-2 state (null for extern steps or without tier 2).
+  std::vector<std::shared_ptr<NativeGroup>> natives;
   uint64_t key = 0;
   uint64_t seq = 0;  // first op's sequence number when traced
   uint8_t core = 0;

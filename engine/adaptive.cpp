@@ -3,6 +3,9 @@
 // match launches the segment as one work item, anything else runs per op. Correctness
 // never depends on a decision here: every path produces the per-op results.
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,11 +13,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "backend/native_group.h"
 #include "backend/runtime.h"
 #include "backend/segment_work.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
+#include "fusion/native.h"
 #include "trace/log.h"
 #include "trace/op_registry.h"
 #include "trace/recorder.h"
@@ -26,6 +31,7 @@ struct ReadyProgram {
   std::vector<int64_t> words;        // the segment's canonical form: a key hit is verified
   std::vector<uint64_t> signatures;  // per op, for prefix matching
   std::shared_ptr<const fusion::Program> program;
+  std::vector<std::shared_ptr<backend::NativeGroup>> natives;  // per step (tier 2)
   std::shared_ptr<std::atomic<uint64_t>> failures = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
@@ -118,6 +124,49 @@ void enqueue_per_op(StreamState& state, c10::DeviceIndex core, int64_t stream) {
   if (state.holding) g_open_windows.fetch_sub(1);
   state.holding = false;
   state.candidates.clear();
+}
+
+// Tier 2's compiler setup, once: the compiler (NEURON_CXX), ATen's own ISA flags (so the
+// generated kernels evaluate what ATen's kernels evaluate), torch's headers, the cache.
+void configure_native_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    fusion::NativeOptions o;
+    const Config& c = config();
+    o.compiler = c.cxx.empty() ? "c++" : c.cxx;
+    o.cache_dir = c.cache_dir;
+    if (o.cache_dir.empty()) {
+      const char* xdg = std::getenv("XDG_CACHE_HOME");
+      const char* home = std::getenv("HOME");
+      if (xdg != nullptr && *xdg) o.cache_dir = std::string(xdg) + "/neuron-eager";
+      else if (home != nullptr && *home) o.cache_dir = std::string(home) + "/.cache/neuron-eager";
+    }
+    std::string include, lib_dir;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) != 0 && info.dli_fname) {
+      const std::string lib = info.dli_fname;  // .../torch/lib/libtorch_cpu.so
+      lib_dir = lib.substr(0, lib.rfind('/'));
+      include = lib_dir + "/../include";
+    }
+    // ATen's vector math (Sleef) lives in libtorch_cpu.
+    o.link_flags = {"-L" + lib_dir, "-Wl,--no-as-needed", "-ltorch_cpu", "-Wl,-rpath," + lib_dir};
+    o.flags = {"-O2", "-std=gnu++17", "-w", "-fno-math-errno", "-fno-trapping-math",
+               "-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(_GLIBCXX_USE_CXX11_ABI),
+               "-isystem", include};
+    const std::string isa = at::get_cpu_capability();  // what ATen's kernels were picked for
+    if (isa == "AVX2")
+      o.flags.insert(o.flags.end(), {"-mavx2", "-mfma", "-mbmi", "-mbmi2", "-mf16c",
+                                     "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
+    else if (isa == "AVX512")
+      o.flags.insert(o.flags.end(), {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                                     "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX512",
+                                     "-DCPU_CAPABILITY_AVX512"});
+    else
+      o.flags.insert(o.flags.end(), {"-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"});
+    o.version = std::string("neuron-eager ") + NEURON_VERSION + " torch " + NEURON_TORCH_VERSION +
+                " codegen 1";
+    fusion::NativeCompiler::instance().configure(std::move(o));
+  });
 }
 
 bool fusion_allowed() {
@@ -234,6 +283,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     work->core = core8;
     work->stream = static_cast<uint16_t>(stream);
     work->failures = ready->failures;
+    work->natives = ready->natives;
     g_segments_fused += 1;
     g_ops_fused_segments += work->ops.size();
     g_ops_tile_groups += ready->program->fused_ops;
@@ -273,6 +323,13 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
         rp->key = segment.key;
         rp->words = segment.words;
         rp->program = program;
+        if (policy.tier != fusion::Tier::kInstant) {
+          configure_native_once();
+          for (const auto& step : program->steps)
+            rp->natives.push_back(step.kind == fusion::Step::kTileGroup
+                                      ? std::make_shared<backend::NativeGroup>(policy, segment.key)
+                                      : nullptr);
+        }
         // Signatures of the segment's ops, in order (the words start each op with it).
         size_t w = 0;
         for (uint32_t i = 0; i < segment.length && w < segment.words.size(); ++i) {
@@ -307,6 +364,8 @@ void reset_adaptive_stats() {
   for (auto* c : {&g_programs, &g_segments_fused, &g_ops_fused_segments, &g_ops_tile_groups,
                   &g_ops_per_op, &g_divergences, &g_blacklisted, &g_failures})
     c->store(0);
+  backend::reset_native_counters();
+  fusion::NativeCompiler::instance().reset_stats();
 }
 
 AdaptiveStats adaptive_stats() {

@@ -113,7 +113,20 @@ std::optional<Config> config_from_env(std::string& error) {
   }
   if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
-  if (auto v = env("NEURON_CACHE_DIR")) c.cache_dir = *v;
+  if (auto v = env("NEURON_CACHE_DIR")) {
+    if (v->empty()) {
+      error = bad("NEURON_CACHE_DIR", *v, "a folder path (created if missing)");
+      return std::nullopt;
+    }
+    c.cache_dir = *v;
+  }
+  if (auto v = env("NEURON_CXX")) {
+    if (v->empty() || v->find_first_of(" \t\n") != std::string::npos) {
+      error = bad("NEURON_CXX", *v, "a C++ compiler command without spaces (a name on PATH or a path), e.g. g++");
+      return std::nullopt;
+    }
+    c.cxx = *v;
+  }
   return c;
 }
 

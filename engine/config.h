@@ -20,6 +20,7 @@ struct Config {
   std::string trace_path;
   std::string policy_path;
   std::string cache_dir;
+  std::string cxx;  // tier-2 compiler (NEURON_CXX)
 };
 
 // Reads NEURON_* from the environment. On a bad value returns std::nullopt and sets error.

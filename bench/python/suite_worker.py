@@ -44,10 +44,10 @@ def timed(fn, sync):
 
 
 def steady_point(times, steady, window=5, slack=1.25):
-    """Index of the first step from which the median of the next `window` steps is within
-    `slack` x the steady-state time."""
+    """Index of the first step that runs at steady-state speed (within `slack`), as does
+    the median of the `window` steps from it."""
     for i in range(len(times)):
-        if statistics.median(times[i:i + window]) <= slack * steady:
+        if times[i] <= slack * steady and statistics.median(times[i:i + window]) <= slack * steady:
             return i
     return len(times)
 

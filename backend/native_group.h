@@ -1,0 +1,85 @@
+// Tier 2 for one tile group of a fused program: the generated kernel, how its pointers
+// and scalars are bound to each run's ops, and its life cycle. A group starts on tier 1;
+// once hot enough (policy) its kernel is built in the background; the next runs check it
+// against tier 1 (same bits, timed) and it is swapped in only if equal and faster. A build
+// failure is retried with backoff; nothing here can change a result.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/op_work.h"
+#include "fusion/codegen.h"
+#include "fusion/planner.h"
+#include "fusion/policy.h"
+
+namespace neuron::backend {
+
+struct NativeBinding {
+  struct Pointer {
+    uint32_t op = 0;      // op of the group (0-based)
+    bool output = false;  // the op's output, else its input tensor `index`
+    uint32_t index = 0;
+  };
+  struct Scalar {
+    uint32_t op = 0;
+    bool from_tensor = false;  // a host tensor input (wrapped number), else argument `index`
+    uint32_t index = 0;
+  };
+  std::vector<Pointer> pointers;
+  std::vector<Scalar> scalars;
+};
+
+struct NativeCounters {
+  uint64_t requested = 0, unsupported = 0, built = 0, build_failures = 0, accepted = 0,
+           rejected_slower = 0, rejected_mismatch = 0, runs = 0;
+};
+NativeCounters native_counters();
+void reset_native_counters();
+
+class NativeGroup {
+ public:
+  enum State : int { kIdle, kUnsupported, kBuilding, kTrial, kAccepted, kRejected, kFailed };
+
+  NativeGroup(const fusion::Policy& policy, uint64_t segment_key)
+      : policy_(policy), segment_key_(segment_key) {}
+
+  // Before the group's first run: a kernel that an earlier run (or process) built and
+  // verified is taken from the cache at once, so tier 2 runs from the first fused run.
+  void before_first_run(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step);
+  // Runs the group: tier 2 when accepted (returns true), else false (the caller runs tier
+  // 1 and then calls after_tier1 with its time).
+  bool try_run(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step);
+  void after_tier1(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+                   uint64_t tier1_ns);
+  State state() const { return static_cast<State>(state_.load()); }
+
+ private:
+  bool build_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+                  fusion::KernelSpec& spec, std::string& why_not);
+  void request(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step);
+  void run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+                  const std::vector<char*>* output_override);
+  void trial(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+             uint64_t tier1_ns);
+
+  fusion::Policy policy_;
+  uint64_t segment_key_ = 0;
+  std::atomic<int> state_{kIdle};
+  std::atomic<bool> probed_{false};
+  std::atomic<fusion::NativeKernelFn> fn_{nullptr};
+  NativeBinding binding_;
+  fusion::ElemType type_ = fusion::ElemType::kFloat32;
+  std::string kernel_key_;
+  std::mutex mutex_;  // the fields below (programs are shared by every stream)
+  uint64_t tier1_runs_ = 0, tier1_total_ns_ = 0;
+  uint32_t build_failures_ = 0;
+  uint64_t retry_after_ns_ = 0;
+  std::vector<uint64_t> trial_tier1_, trial_tier2_;
+};
+
+}  // namespace neuron::backend

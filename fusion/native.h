@@ -1,0 +1,87 @@
+// Tier 2 build service: compiles generated kernel sources with the system compiler in the
+// background (TBB), loads them with dlopen, and keeps them in a memory cache and a
+// persistent disk cache (NEURON_CACHE_DIR): atomic writes (temp file + rename), a lock per
+// key across processes (flock), entries checksummed before they are loaded, and keys
+// versioned by engine, torch, compiler and flags. A corrupt or half-written entry is
+// rebuilt; a failing compiler is reported, never fatal.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fusion/codegen.h"
+
+namespace neuron::fusion {
+
+struct NativeOptions {
+  std::string compiler = "c++";          // NEURON_CXX
+  std::vector<std::string> flags;        // optimisation, ISA and include flags
+  std::vector<std::string> link_flags;   // after the source (libraries)
+  std::string cache_dir;                 // persistent cache root; empty: memory only
+  std::string version;                   // engine + torch versions (part of every key)
+};
+
+struct NativeResult {
+  NativeKernelFn fn = nullptr;
+  enum class From : uint8_t { kCompiled, kDisk, kMemory, kFailed } from = From::kFailed;
+  uint64_t build_ns = 0;  // compile (or load) time
+  std::string key;        // the cache key (hex)
+  std::string error;      // when fn is null: what failed, with the compiler's last output
+  bool verified = false;  // an earlier run checked it against tier 1 and kept it
+};
+
+struct NativeStats {
+  uint64_t compiles = 0, disk_hits = 0, memory_hits = 0, failures = 0, corrupt_entries = 0;
+};
+
+class NativeCompiler {
+ public:
+  static NativeCompiler& instance();
+
+  void configure(NativeOptions options);
+  NativeOptions options() const;
+  // The key of a source under the current options (hex XXH3 of source, compiler
+  // identity, flags and versions).
+  std::string key_of(const std::string& source);
+  // Finds an already built kernel (memory, then disk) without compiling; fn is null when
+  // there is none.
+  NativeResult lookup(const std::string& source);
+  // Finds or builds the kernel now (on the calling thread).
+  NativeResult build(const std::string& source);
+  // Builds on the background pool; done() runs there with the result.
+  void submit(std::string source, std::function<void(const NativeResult&)> done);
+  // Records that a kernel matched tier 1 and was faster: later processes (and groups)
+  // swap it in without a trial.
+  void mark_verified(const std::string& key);
+  // Waits until every submitted build finished (tests, shutdown).
+  void wait_idle();
+  NativeStats stats() const;
+  void reset_stats();
+
+ private:
+  NativeCompiler() = default;
+  std::string compiler_identity();
+  NativeResult build_locked_on_disk(const std::string& source, const std::string& key,
+                                    bool compile);
+  bool find_in_memory(const std::string& key, NativeResult& r);
+  NativeResult compile_to(const std::string& source, const std::string& so_path,
+                          const std::string& key);
+
+  mutable std::mutex mutex_;
+  NativeOptions options_;
+  std::string identity_;  // first line of `compiler --version`
+  std::unordered_map<std::string, NativeKernelFn> loaded_;
+  std::unordered_map<std::string, bool> verified_;
+  std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0}, failures_{0}, corrupt_{0};
+  std::atomic<int64_t> in_flight_{0};
+};
+
+// Checksum of a file's bytes (XXH3, hex); empty when it cannot be read.
+std::string file_checksum(const std::string& path);
+
+}  // namespace neuron::fusion
