@@ -25,9 +25,11 @@ struct Policy {
   Tier tier = Tier::kAuto;
   uint32_t min_fusible_ops = 2;       // smaller groups stay per op
   double compile_cost_us_instant = 20.0;     // cost gate: expected cost of a tier-1 build
-  double compile_cost_us_native = 200000.0;  // and of a native (tier-2) build
-  double expected_repeats = 100.0;           // repeats assumed for a hot segment
+  double compile_cost_us_native = 2000000.0; // and of a native (tier-2) build (~2 s here)
+  double expected_repeats = 10000.0;         // repeats assumed for a hot segment
   double per_op_saving_us = 2.0;             // saving per fused op per run
+  uint32_t native_min_runs = 5;              // tier-1 runs of a group measured before tier 2
+  double native_saving = 0.3;                // expected tier-2 saving, share of tier-1 time
   std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
 
   // Whether compiling a segment of n fusible ops pays: saving x repeats > compile cost.

@@ -8,6 +8,7 @@
 #include "backend/segment_work.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
+#include "fusion/native.h"
 #include "fusion/policy.h"
 #include "trace/recorder.h"
 
@@ -164,8 +165,27 @@ PYBIND11_MODULE(_C, m) {
     d["divergences"] = a.divergences;
     d["blacklisted"] = a.blacklisted;
     d["fusion_failures"] = a.failures;
+    auto n = backend::native_counters();
+    d["native_requested"] = n.requested;
+    d["native_unsupported"] = n.unsupported;
+    d["native_built"] = n.built;
+    d["native_build_failures"] = n.build_failures;
+    d["native_accepted"] = n.accepted;
+    d["native_rejected_slower"] = n.rejected_slower;
+    d["native_rejected_mismatch"] = n.rejected_mismatch;
+    d["native_runs"] = n.runs;
+    auto c2 = fusion::NativeCompiler::instance().stats();
+    d["native_compiles"] = c2.compiles;
+    d["native_disk_hits"] = c2.disk_hits;
+    d["native_memory_hits"] = c2.memory_hits;
+    d["native_corrupt_entries"] = c2.corrupt_entries;
     return d;
   });
+  m.def("native_wait_idle", [] {
+    py::gil_scoped_release no_gil;
+    fusion::NativeCompiler::instance().wait_idle();
+  });
+  m.def("native_cache_dir", [] { return fusion::NativeCompiler::instance().options().cache_dir; });
   m.def("reset_counters", [] { engine::reset_counters(); });
   m.def("_inject_tile_group_failures", [](int n) { backend::inject_tile_group_failures(n); });
   engine::set_stack_capture(&capture_python_stack);
