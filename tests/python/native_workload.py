@@ -26,7 +26,7 @@ def chain(x, w, b):
     return y + x
 
 
-def run(dtype=torch.float32, steps=40, size=1 << 20, wait=True):
+def run(dtype=torch.float32, steps=40, size=1 << 20, wait=True, inject_at=-1):
     torch.manual_seed(0)
     x, w, b = (torch.randn(size, dtype=dtype) for _ in range(3))
     ref = chain(x, w, b)
@@ -37,6 +37,8 @@ def run(dtype=torch.float32, steps=40, size=1 << 20, wait=True):
     first_tier2 = None
     try:
         for step in range(steps):
+            if step == inject_at:
+                neuron_eager._C._inject_tile_group_failures(1)  # the next fused group throws
             out = chain(xd, wd, bd)
             torch.neuron.synchronize()
             results_equal &= bool(torch.equal(out.cpu(), ref))
@@ -58,9 +60,11 @@ if __name__ == "__main__":
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--size", type=int, default=1 << 20)
+    ap.add_argument("--inject-at", type=int, default=-1,
+                    help="step at which the next fused group throws (fault injection)")
     ap.add_argument("--start-at", type=float, default=0.0,
                     help="wall-clock time to start at (two processes start together)")
     args = ap.parse_args()
     while time.time() < args.start_at:
         time.sleep(0.001)
-    print(json.dumps(run(getattr(torch, args.dtype), args.steps, args.size)))
+    print(json.dumps(run(getattr(torch, args.dtype), args.steps, args.size, inject_at=args.inject_at)))

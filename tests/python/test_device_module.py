@@ -82,6 +82,8 @@ def test_device_count_follows_env():
     ("NEURON_HBM_BYTES", "12Q", "K, M, G or T"),
     ("NEURON_HBM_BYTES", "1K", "1MiB to 1TiB"),
     ("NEURON_LAUNCH_BLOCKING", "yes", "0 or 1"),
+    ("NEURON_CXX", "g++ -O3", "without spaces"),
+    ("NEURON_CACHE_DIR", "", "a folder path"),
 ])
 def test_bad_env_value_fails_import(var, value, allowed):
     r = run_py("import torch", **{var: value})
