@@ -181,12 +181,24 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   adaptive_cut(ss, *s, count, core, stream);
 }
 
+// Never throws: an unusual dtype counts as zero bytes.
+uint64_t itemsize_of(int8_t dtype) {
+  using c10::ScalarType;
+  switch (static_cast<ScalarType>(dtype)) {
+    case ScalarType::Byte: case ScalarType::Char: case ScalarType::Bool: return 1;
+    case ScalarType::Short: case ScalarType::Half: case ScalarType::BFloat16: return 2;
+    case ScalarType::Int: case ScalarType::Float: case ScalarType::ComplexHalf: return 4;
+    case ScalarType::Long: case ScalarType::Double: case ScalarType::ComplexFloat: return 8;
+    case ScalarType::ComplexDouble: return 16;
+    default: return 0;
+  }
+}
+
 // Bytes the op reads and writes: its tensor inputs and fresh outputs (replay's cost model).
 uint64_t bytes_moved(const backend::OpWork& work) {
   uint64_t bytes = 0;
   auto add = [&](const trace::TensorMeta& m) {
-    if (m.defined && m.device >= 0 && m.dtype >= 0)
-      bytes += static_cast<uint64_t>(m.numel()) * c10::elementSize(static_cast<c10::ScalarType>(m.dtype));
+    if (m.defined && m.device >= 0) bytes += static_cast<uint64_t>(m.numel()) * itemsize_of(m.dtype);
   };
   for (const auto& m : work.record.tensors) add(m);
   for (const auto& m : work.output_metas) add(m);

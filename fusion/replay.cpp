@@ -182,8 +182,10 @@ ReplayTrace prepare_replay(const Event* ev, size_t n) {
     ft.first += static_cast<double>(e->duration_ns);
     ft.second += 1;
     auto it = segment_of_first_seq.find(e->seq);
-    if (it != segment_of_first_seq.end() && t.segments[it->second].key == e->value)
+    if (it != segment_of_first_seq.end() && t.segments[it->second].key == e->value) {
       t.segments[it->second].fused = true;
+      t.segments[it->second].fused_ns = static_cast<double>(e->duration_ns);
+    }
   }
   for (const Event* e : liveness) {
     auto it = segment_of_first_seq.find(e->seq);
@@ -225,8 +227,8 @@ std::vector<double> per_op_costs(const ReplayTrace& t, const CostModel& cost) {
     }
     return ns;
   }
-  // Measured: the mean of the op's signature; else its op's time per byte; else the
-  // trace's time per byte.
+  // Measured: the op's own execution; else the mean of its signature; else its op's time
+  // per byte; else the trace's time per byte.
   std::unordered_map<uint64_t, std::pair<double, uint64_t>> by_signature;
   std::unordered_map<uint32_t, std::pair<double, double>> by_op;  // ns, bytes
   double all_ns = 0, all_bytes = 0;
@@ -242,6 +244,10 @@ std::vector<double> per_op_costs(const ReplayTrace& t, const CostModel& cost) {
     all_bytes += static_cast<double>(t.bytes[i]);
   }
   for (size_t i = 0; i < ops; ++i) {
+    if (t.measured[i]) {
+      ns[i] = static_cast<double>(t.exec_ns[i]);
+      continue;
+    }
     auto s = by_signature.find(t.signature[i]);
     if (s != by_signature.end()) {
       ns[i] = s->second.first / static_cast<double>(s->second.second);
@@ -281,9 +287,7 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     double fused = 0, per_op = 0;
     for (const auto& s : t.segments) {
       if (!s.fused) continue;
-      auto it = t.fused_time.find(s.key);
-      if (it == t.fused_time.end()) continue;
-      fused += it->second.first / static_cast<double>(it->second.second);
+      fused += s.fused_ns;
       uint32_t i = s.first;
       for (uint32_t k = 0; k < s.length; ++i)
         if (t.stream[i] == s.stream) per_op += op_ns[i], ++k;
@@ -366,7 +370,8 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     const uint32_t first = st.open.front();
     uint64_t key = seg->key;
     const uint32_t rec = t.recorded[first];
-    if (rec != kNone && t.segments[rec].first == first && t.segments[rec].last == end) {
+    const bool coincides = rec != kNone && t.segments[rec].first == first && t.segments[rec].last == end;
+    if (coincides) {
       ++r.matched_segments;
       if (t.segments[rec].key != key) {
         ++r.key_mismatches;
@@ -392,9 +397,13 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     ++d.occurrences;
     double per_op = 0;
     for (uint32_t j : st.open) per_op += op_ns[j];
-    const double fused_ns = fused_cost(k, key, st.open, per_op);
+    double fused_ns = fused_cost(k, key, st.open, per_op);
+    // The occurrence's own measurement when the recording fused it too.
+    if (options.cost.source == CostSource::kMeasured && coincides && t.segments[rec].fused &&
+        t.segments[rec].key == key)
+      fused_ns = t.segments[rec].fused_ns;
     d.per_op_ns = per_op;
-    d.fused_ns = fused_ns;
+    d.fused_ns = k.fused_ns;
     const bool fused = k.ready && k.ready_at < first;
     r.ops += seg->length;
     ++r.occurrences;

@@ -25,6 +25,7 @@ struct RecordedSegment {
   uint64_t key = 0;
   uint8_t reason = 0;   // trace::CutReason
   bool fused = false;   // a SegmentExecute ran it
+  double fused_ns = 0;  // and took this long
 };
 
 // A recorded trace prepared once (dataflow resolved, timings gathered), replayed per policy.

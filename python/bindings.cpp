@@ -1,6 +1,8 @@
 // The only pybind11 file: the neuron_eager._C extension.
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
 
 #include <stdexcept>
 
@@ -10,6 +12,7 @@
 #include "engine/recording.h"
 #include "fusion/native.h"
 #include "fusion/policy.h"
+#include "fusion/replay.h"
 #include "trace/recorder.h"
 
 namespace py = pybind11;
@@ -234,4 +237,114 @@ PYBIND11_MODULE(_C, m) {
     d["collisions"] = s.collisions;
     return d;
   });
+  // Offline replay (neuron_eager.trace.replay): a trace's events in, decisions and
+  // predicted times out. Nothing runs on the device.
+  py::class_<fusion::ReplayTrace, std::shared_ptr<fusion::ReplayTrace>>(m, "_ReplayTrace")
+      .def_property_readonly("ops", [](const fusion::ReplayTrace& t) { return t.seq.size(); })
+      .def_property_readonly("recorded_segments", [](const fusion::ReplayTrace& t) { return t.segments.size(); })
+      .def_property_readonly("has_dataflow", [](const fusion::ReplayTrace& t) { return t.has_dataflow; })
+      .def_property_readonly("has_stream_flush", [](const fusion::ReplayTrace& t) { return t.has_stream_flush; })
+      .def_property_readonly("compiled_keys", [](const fusion::ReplayTrace& t) { return t.compiled_keys; });
+  m.def("_matmul_class_ops", [] { return fusion::matmul_class_ops(); });
+  m.def("_replay_prepare", [](py::buffer events) {
+    py::buffer_info b = events.request();
+    if (b.itemsize != sizeof(trace::Event) || b.ndim != 1)
+      throw py::value_error("neuron: replay expects the trace's 56-byte event records");
+    auto* ev = static_cast<const trace::Event*>(b.ptr);
+    const size_t n = static_cast<size_t>(b.shape[0]);
+    py::gil_scoped_release no_gil;
+    return std::make_shared<fusion::ReplayTrace>(fusion::prepare_replay(ev, n));
+  });
+  m.def("_replay_policy", [](const std::string& base, const std::vector<std::pair<std::string, std::string>>& values) {
+    std::string error;
+    auto p = fusion::builtin_policy(base);
+    if (!p) p = fusion::load_policy_file(base, error);
+    if (!p) throw py::value_error("neuron: " + error);
+    for (const auto& [k, v] : values)
+      if (!fusion::set_policy_value(*p, k, v, error)) throw py::value_error("neuron: " + error);
+    return fusion::policy_json(*p);
+  });
+  m.def("_replay_run", [](const fusion::ReplayTrace& t, const std::string& base,
+                          const std::vector<std::pair<std::string, std::string>>& values,
+                          const std::string& cost, const std::map<std::string, double>& trn2,
+                          const std::vector<uint32_t>& cut_after_ops, py::object hook) {
+    fusion::ReplayOptions o;
+    std::string error;
+    auto p = fusion::builtin_policy(base);
+    if (!p) p = fusion::load_policy_file(base, error);
+    if (!p) throw py::value_error("neuron: " + error);
+    for (const auto& [k, v] : values)
+      if (!fusion::set_policy_value(*p, k, v, error)) throw py::value_error("neuron: " + error);
+    o.policy = *p;
+    o.cut_after_ops = cut_after_ops;
+    if (cost == "trn2") o.cost.source = fusion::CostSource::kTrn2;
+    else if (cost != "measured") throw py::value_error("neuron: cost model '" + cost + "' (allowed: measured, trn2)");
+    for (const auto& [k, v] : trn2) {
+      if (k == "hbm_bytes_per_s") o.cost.trn2.hbm_bytes_per_s = v;
+      else if (k == "tensor_flops_per_s") o.cost.trn2.tensor_flops_per_s = v;
+      else if (k == "vector_flops_per_s") o.cost.trn2.vector_flops_per_s = v;
+      else if (k == "launch_overhead_ns") o.cost.trn2.launch_overhead_ns = v;
+      else if (k == "sbuf_bytes") o.cost.trn2.sbuf_bytes = v;
+      else if (k == "fused_ratio_default") o.cost.fused_ratio_default = v;
+      else throw py::value_error("neuron: unknown cost model constant '" + k + "'");
+    }
+    fusion::ReplayResult r;
+    if (!hook.is_none()) {
+      o.should_compile = [hook](const fusion::ReplaySegment& s) {
+        py::dict d;
+        d["key"] = s.key;
+        d["length"] = s.length;
+        d["first_op"] = s.first_op;
+        d["count"] = s.count;
+        d["per_op_ns"] = s.per_op_ns;
+        d["fused_ns"] = s.fused_ns;
+        return hook(d).cast<bool>();
+      };
+      r = fusion::replay(t, o);
+    } else {
+      py::gil_scoped_release no_gil;
+      r = fusion::replay(t, o);
+    }
+    py::dict d;
+    d["policy"] = fusion::policy_json(o.policy);
+    d["device_ns"] = r.device_ns;
+    d["per_op_ns"] = r.per_op_ns;
+    d["fused_ns"] = r.fused_ns;
+    d["compile_ns"] = r.compile_ns;
+    d["compiles"] = r.compiles;
+    d["native_compiles"] = r.native_compiles;
+    d["ops"] = r.ops;
+    d["ops_fused"] = r.ops_fused;
+    d["occurrences"] = r.occurrences;
+    d["occurrences_fused"] = r.occurrences_fused;
+    d["key_mismatches"] = r.key_mismatches;
+    d["matched_segments"] = r.matched_segments;
+    d["fused_ratio"] = r.fused_ratio;
+    py::list keys;
+    for (const auto& k : r.keys) {
+      py::dict kd;
+      kd["key"] = k.key;
+      kd["length"] = k.length;
+      kd["first_op"] = k.first_op;
+      kd["occurrences"] = k.occurrences;
+      kd["fused"] = k.fused;
+      kd["compiled_at"] = k.compiled_at;
+      kd["decision"] = k.decision;
+      kd["native"] = k.native;
+      kd["per_op_ns"] = k.per_op_ns;
+      kd["fused_ns"] = k.fused_ns;
+      keys.append(kd);
+    }
+    d["keys"] = keys;
+    d["occ_stream"] = py::array_t<uint32_t>(r.occ_stream.size(), r.occ_stream.data());
+    d["occ_first_seq"] = py::array_t<uint64_t>(r.occ_first_seq.size(), r.occ_first_seq.data());
+    d["occ_length"] = py::array_t<uint32_t>(r.occ_length.size(), r.occ_length.data());
+    d["occ_key"] = py::array_t<uint64_t>(r.occ_key.size(), r.occ_key.data());
+    d["occ_reason"] = py::array_t<uint8_t>(r.occ_reason.size(), r.occ_reason.data());
+    d["occ_fused"] = py::array_t<uint8_t>(r.occ_fused.size(), r.occ_fused.data());
+    d["compiled_keys"] = r.compiled_keys;
+    return d;
+  }, py::arg("trace"), py::arg("base"), py::arg("values"), py::arg("cost") = "measured",
+     py::arg("trn2") = std::map<std::string, double>{}, py::arg("cut_after_ops") = std::vector<uint32_t>{},
+     py::arg("hook") = py::none());
 }

@@ -5,6 +5,9 @@
     neuron-trace perfetto run.ntrace -o run.json  Chrome Trace JSON for ui.perfetto.dev
     neuron-trace html run.ntrace -o run.html      one self-contained HTML report
     neuron-trace diff a.ntrace b.ntrace           what changed between two traces
+    neuron-trace replay run.ntrace --policy P     a policy's decisions and predicted time
+    neuron-trace replay run.ntrace --compare default aggressive never
+    neuron-trace replay run.ntrace --sweep hot_threshold=1,3,10 -o out/sweep
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="relative device-time change still counted as the same (default 0.10)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON data")
     _add_incomplete(p)
+
+    from .replay_report import add_parser as add_replay
+    add_replay(sub)
     return parser
 
 
@@ -82,6 +88,9 @@ def _run(args) -> int:
     from .text import format_diff, format_summary
 
     inc = args.allow_incomplete
+    if args.command == "replay":
+        from .replay_report import run as run_replay
+        return run_replay(args)
     if args.command == "summary":
         s = summarize(load(args.trace, allow_incomplete=inc))
         if args.json:
@@ -112,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except TraceFormatError as e:
+    except (TraceFormatError, ValueError) as e:
         print(f"neuron-trace: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # piped into head

@@ -33,13 +33,27 @@ assert EVENT_DTYPE.itemsize == 56
 
 # Event kinds.
 OP_DISPATCH, OP_EXECUTE, SYNC, SEGMENT_CUT, KEY_HIT, KEY_MISS, MEMORY, QUEUE_DEPTH, \
-    FALLBACK, COMPILE_START, COMPILE_END, SEGMENT_EXECUTE = range(1, 13)
+    FALLBACK, COMPILE_START, COMPILE_END, SEGMENT_EXECUTE, OP_DATAFLOW, SEGMENT_LIVENESS, \
+    STREAM_FLUSH = range(1, 16)
 KIND_NAMES = {
     OP_DISPATCH: "OpDispatch", OP_EXECUTE: "OpExecute", SYNC: "Sync",
     SEGMENT_CUT: "SegmentCut", KEY_HIT: "KeyHit", KEY_MISS: "KeyMiss", MEMORY: "Memory",
     QUEUE_DEPTH: "QueueDepth", FALLBACK: "Fallback", COMPILE_START: "CompileStart",
     COMPILE_END: "CompileEnd", SEGMENT_EXECUTE: "SegmentExecute",
+    OP_DATAFLOW: "OpDataflow", SEGMENT_LIVENESS: "SegmentLiveness", STREAM_FLUSH: "StreamFlush",
 }
+
+# OpDataflow: six 21-bit slot links per event, three in value and three in aux (see
+# trace/dataflow.h); flags = the event's index among the op's, or DATAFLOW_FLOPS when value
+# holds the op's FLOPs instead.
+LINK_NEW, LINK_OUTPUT_UNDEFINED, LINK_OUTPUT, LINK_NO_TENSOR, LINK_END = \
+    0, 0x1FFFFC, 0x1FFFFD, 0x1FFFFE, 0x1FFFFF
+DATAFLOW_FLOPS = 0x8000
+
+
+def dataflow_links(event) -> List[int]:
+    """The six link codes of one OpDataflow event (LINK_END pads the last one)."""
+    return [(int(event[f]) >> (21 * i)) & 0x1FFFFF for f in ("value", "aux") for i in range(3)]
 # SegmentCut flags.
 CUT_REASONS = {1: "sync", 2: "barrier", 3: "content", 4: "max length", 5: "flush"}
 
