@@ -195,8 +195,8 @@ void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
   g_requested.fetch_add(1);
   const uint64_t key = segment_key_;
   emit_event(trace::EventKind::kCompileStart, key, 2, 0);
-  // The group outlives the build: programs are never freed while the process runs.
-  fusion::NativeCompiler::instance().submit(std::move(*source), [this, key](const fusion::NativeResult& r) {
+  // The callback keeps the group alive (programs can be dropped by reset_fusion_state).
+  fusion::NativeCompiler::instance().submit(std::move(*source), [self = shared_from_this(), this, key](const fusion::NativeResult& r) {
     if (trace::recording()) trace::Recorder::instance().thread_id("compiler");
     emit_event(trace::EventKind::kCompileEnd, key, 2, r.build_ns);
     std::lock_guard lock(mutex_);

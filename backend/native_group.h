@@ -41,7 +41,7 @@ struct NativeCounters {
 NativeCounters native_counters();
 void reset_native_counters();
 
-class NativeGroup {
+class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
  public:
   enum State : int { kIdle, kUnsupported, kBuilding, kTrial, kAccepted, kRejected, kFailed };
 

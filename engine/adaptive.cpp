@@ -360,6 +360,19 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   state.plan.clear();
 }
 
+void reset_fusion_state() {
+  synchronize_all("reset fusion state");
+  fusion::NativeCompiler::instance().wait_idle();
+  Registry& r = registry();
+  {
+    std::lock_guard lock(r.mutex);
+    r.ready.clear();
+    r.by_first_signature.clear();
+    r.rejected.clear();
+  }
+  trace_cache().clear();
+}
+
 void reset_adaptive_stats() {
   for (auto* c : {&g_programs, &g_segments_fused, &g_ops_fused_segments, &g_ops_tile_groups,
                   &g_ops_per_op, &g_divergences, &g_blacklisted, &g_failures})

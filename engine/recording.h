@@ -38,6 +38,9 @@ struct AdaptiveStats {
            ops_per_op = 0, divergences = 0, blacklisted = 0, failures = 0;
 };
 AdaptiveStats adaptive_stats();
+// Forgets every segment key, program and decision (like torch._dynamo.reset()): the next
+// occurrences start cold. Waits for queued work and background builds first.
+void reset_fusion_state();
 void note_synchronous_op(const OpInfo& info);
 
 // Marks a host wait: closes open segments of the core and emits a Sync event on exit.

@@ -324,7 +324,10 @@ NativeResult NativeCompiler::lookup(const std::string& source) {
   const std::string key = key_of(source);
   NativeResult r;
   if (find_in_memory(key, r)) return r;
-  if (options().cache_dir.empty()) {
+  const std::string dir = options().cache_dir + "/native-v1/";
+  std::error_code ec;
+  // Only verified entries are taken without a trial; a plain stat, no lock, for misses.
+  if (options().cache_dir.empty() || !fs::exists(dir + key + ".ok", ec)) {
     r.key = key;
     return r;
   }

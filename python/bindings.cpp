@@ -184,6 +184,10 @@ PYBIND11_MODULE(_C, m) {
     d["native_corrupt_entries"] = c2.corrupt_entries;
     return d;
   });
+  m.def("reset_fusion_state", [] {
+    py::gil_scoped_release no_gil;
+    engine::reset_fusion_state();
+  });
   m.def("native_wait_idle", [] {
     py::gil_scoped_release no_gil;
     fusion::NativeCompiler::instance().wait_idle();

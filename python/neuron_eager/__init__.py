@@ -65,8 +65,15 @@ def reset_counters() -> None:
     _C.reset_counters()
 
 
+def reset_fusion_state() -> None:
+    """Forgets every recorded segment, fused program and fusion decision of this process
+    (as torch._dynamo.reset() does for torch.compile): later loops start cold. Kernels in
+    the on-disk cache stay."""
+    _C.reset_fusion_state()
+
+
 __all__ = ["get_mode", "set_mode", "launch_blocking", "set_launch_blocking", "pending_work",
-           "counters", "reset_counters", "MODES", "get_policy", "set_policy"]
+           "counters", "reset_counters", "reset_fusion_state", "MODES", "get_policy", "set_policy"]
 
 
 def get_policy() -> dict:

@@ -1,8 +1,13 @@
 import os
 import sys
+import tempfile
 
-import pytest
-import torch
+# Tier-2 kernels built by tests go to a per-session folder, never the user's cache (set
+# before torch loads the engine, which reads it once).
+os.environ.setdefault("NEURON_CACHE_DIR", tempfile.mkdtemp(prefix="neuron-test-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

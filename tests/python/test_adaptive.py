@@ -230,6 +230,8 @@ def llama_losses(mode, steps=12):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     neuron_eager.set_mode(mode)
+    # Programs of earlier tests stay out of this measurement.
+    neuron_eager.reset_fusion_state()
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -254,7 +256,7 @@ def test_small_llama_training_adaptive_matches_eager(adaptive):
     fused, c = llama_losses("adaptive")
     torch.testing.assert_close(torch.tensor(fused), torch.tensor(eager), rtol=1e-5, atol=1e-5)
     share = c["ops_in_fused_segments"] / max(1, c["ops_in_fused_segments"] + c["ops_per_op"])
-    print(f"small Llama steady state: {share:.1%} of ops inside fused segments")
+    print(f"small Llama steady state: {share:.1%} of ops inside fused segments", c)
     # Measured 90.4-91.5% over runs; what stays per op is mostly one-op segments between
     # back-to-back matmuls (cut after each). The bound leaves room for run-to-run spread.
     assert share >= 0.85, c
