@@ -28,14 +28,21 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--sync-every", type=int, default=1,
+                   help="synchronize after every N steps (0: only at the end)")
     p.add_argument("--trace", default=None, help="record the timed steps to this trace file")
     args = p.parse_args()
     wl = {w.name: w for w in all_workloads(args.tiny)}[args.workload]
     device, compiled, sync = config_setup(args.config, "inductor")
     run = wl.make(device, compiled)
-    for _ in range(args.warmup):
-        run.step()
-    sync()
+    def steps(n):
+        for i in range(n):
+            run.step()
+            if args.sync_every and (i + 1) % args.sync_every == 0:
+                sync()
+        sync()
+
+    steps(args.warmup)
     neuron = device == "neuron"
     if neuron:
         import neuron_eager
@@ -45,9 +52,7 @@ def main():
         import neuron_eager.trace as nt
         recording = nt.start(args.trace) if hasattr(nt, "start") else None
     t = time.perf_counter()
-    for _ in range(args.steps):
-        run.step()
-    sync()
+    steps(args.steps)
     elapsed = time.perf_counter() - t
     if recording is not None:
         import neuron_eager.trace as nt

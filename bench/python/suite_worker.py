@@ -82,12 +82,15 @@ def run_steady(wl, run, sync, tiny, repeats):
         per_step = statistics.median(warm[-3:])
         target = 0.002 if tiny else 0.05  # seconds per timed repeat
         inner = max(1, min(1000, math.ceil(target / max(per_step, 1e-7))))
+    # Every step ends with a sync, as in warm-up (and as a loop reading its loss does): in
+    # adaptive mode a sync is a segment boundary, so a loop without one segments by
+    # content alone and may fuse less (see profile_workload.py --sync-every).
     samples = []
     for _ in range(repeats):
         t = time.perf_counter()
         for _ in range(inner):
             run.step()
-        sync()
+            sync()
         samples.append((time.perf_counter() - t) / inner)
     return {"median_ms": statistics.median(samples) * 1e3, "min_ms": min(samples) * 1e3,
             "max_ms": max(samples) * 1e3, "warmup_steps": len(warm), "inner": inner, "repeats": repeats,
