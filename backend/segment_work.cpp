@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -96,6 +97,7 @@ void SegmentWork::run() {
   if (traced) trace::Recorder::instance().thread_id("worker");
   for (size_t i = 0; i < program->steps.size(); ++i) {
     const fusion::Step& step = program->steps[i];
+    if (step.first >= ops.size() || !ops[step.first]) continue;  // queued before (or after) this item
     if (step.kind == fusion::Step::kExtern) {
       ops[step.first]->run();
       continue;
@@ -133,7 +135,7 @@ void SegmentWork::run() {
     e.kind = static_cast<uint8_t>(trace::EventKind::kSegmentExecute);
     e.seq = seq;
     e.value = key;
-    e.aux = ops.size();
+    e.aux = static_cast<uint64_t>(std::count_if(ops.begin(), ops.end(), [](const auto& o) { return o != nullptr; }));
     e.core = core;
     e.stream = stream;
     rec.emit(e);

@@ -22,6 +22,8 @@ class SegmentWork final : public WorkItem {
   std::string describe() const override;
 
   std::shared_ptr<const fusion::Program> program;
+  // Indexed by position in the segment; null where the op was queued by another item
+  // (released extern ops, groups launched before the cut): those steps are skipped.
   std::vector<std::unique_ptr<OpWork>> ops;
   // Per step: the tile group's tier-2 state (null for extern steps or without tier 2).
   std::vector<std::shared_ptr<NativeGroup>> natives;

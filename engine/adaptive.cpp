@@ -30,6 +30,7 @@ struct ReadyProgram {
   uint64_t key = 0;
   std::vector<int64_t> words;        // the segment's canonical form: a key hit is verified
   std::vector<uint64_t> signatures;  // per op, for prefix matching
+  std::vector<uint32_t> step_of_op;  // per op: its step in the program
   std::shared_ptr<const fusion::Program> program;
   std::vector<std::shared_ptr<backend::NativeGroup>> natives;  // per step (tier 2)
   std::shared_ptr<std::atomic<uint64_t>> failures = std::make_shared<std::atomic<uint64_t>>(0);
@@ -232,12 +233,66 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
     }
   }
   state.plan.push_back(std::move(plan_op));
-  if (state.holding) {
-    state.window.push_back(std::move(work));
-  } else {
+  if (!state.holding) {
     ++g_ops_per_op;
     backend::stream(core, stream).enqueue(std::move(work));
+    return;
   }
+  // An extern step of the matching program with nothing held before it runs as it would
+  // inside the fused segment: queue it now, so the worker never waits for the cut.
+  const ReadyProgram& lead = *state.candidates.front();
+  const fusion::Step& step = lead.program->steps[lead.step_of_op[position]];
+  if (step.kind == fusion::Step::kExtern && state.window.empty() && state.released == position) {
+    ++state.released;
+    ++state.released_extern;
+    ++g_ops_per_op;
+    backend::stream(core, stream).enqueue(std::move(work));
+    return;
+  }
+  state.window.push_back(std::move(work));
+}
+
+void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t stream) {
+  if (!state.holding || state.window.empty() || !fusion_allowed()) return;
+  const uint32_t position = state.segmenter.open_length() - 1;
+  std::shared_ptr<ReadyProgram> lead = state.candidates.front();
+  if (position >= lead->step_of_op.size()) return;
+  const uint32_t index = lead->step_of_op[position];
+  const fusion::Step& step = lead->program->steps[index];
+  // A whole tile group, just completed, with nothing else held: launch it now unless it
+  // keeps intermediates in scratch (whether they die is only known at the cut).
+  if (step.kind != fusion::Step::kTileGroup || position != step.first + step.count - 1 ||
+      state.released != step.first || state.window.size() != step.count)
+    return;
+  for (const auto& per_op : step.scratch)
+    for (bool s : per_op)
+      if (s) return;
+  // Candidates whose words differ from the ops so far can never match: drop them.
+  const std::vector<int64_t> words = state.segmenter.open_op_words();
+  std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
+    return words.size() > c->words.size() || !std::equal(words.begin(), words.end(), c->words.begin());
+  });
+  if (state.candidates.empty()) {
+    ++g_divergences;
+    fallback_event("dataflow differs from every ready segment: held ops run per op", static_cast<uint8_t>(core));
+    enqueue_per_op(state, core, stream);
+    return;
+  }
+  if (state.candidates.front() != lead) return;  // the plan to follow changed: wait for the cut
+  auto work = std::make_unique<backend::SegmentWork>();
+  work->program = lead->program;
+  work->ops.resize(position + 1);
+  for (uint32_t k = 0; k < step.count; ++k) work->ops[step.first + k] = std::move(state.window[k]);
+  work->key = lead->key;
+  work->seq = 0;  // the segment's execute event comes from the item launched at the cut
+  work->core = static_cast<uint8_t>(core);
+  work->stream = static_cast<uint16_t>(stream);
+  work->failures = lead->failures;
+  work->natives = lead->natives;
+  state.window.clear();
+  state.released = position + 1;
+  g_ops_tile_groups += step.count;
+  backend::stream(core, stream).enqueue(std::move(work));
 }
 
 void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
@@ -263,9 +318,16 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     fallback_event("a fused group failed: segment blacklisted, its ops run per op", core8);
     ready.reset();
   }
+  const uint32_t released = state.released, released_extern = state.released_extern;
+  state.released = 0;
+  state.released_extern = 0;
   const bool full_match = state.holding && ready && ready->words == segment.words &&
-                          state.window.size() == segment.length &&
-                          ready->signatures.size() == segment.length && fusion_allowed();
+                          state.window.size() + released == segment.length &&
+                          ready->signatures.size() == segment.length &&
+                          // ops queued before the cut end at a step boundary of this program
+                          (released == 0 || released == segment.length ||
+                           ready->step_of_op[released] != ready->step_of_op[released - 1]) &&
+                          fusion_allowed();
   if (trace::log_enabled(trace::LogLevel::kDebug)) {
     std::string names;
     for (auto& w : state.window) names += " " + trace::OpRegistry::instance().name(w->record.op);
@@ -277,7 +339,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   if (full_match) {
     auto work = std::make_unique<backend::SegmentWork>();
     work->program = ready->program;
-    work->ops = std::move(state.window);
+    work->ops.resize(segment.length);
+    for (size_t k = 0; k < state.window.size(); ++k) work->ops[released + k] = std::move(state.window[k]);
     work->key = segment.key;
     work->seq = segment.first_seq;
     work->core = core8;
@@ -285,8 +348,10 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     work->failures = ready->failures;
     work->natives = ready->natives;
     g_segments_fused += 1;
-    g_ops_fused_segments += work->ops.size();
-    g_ops_tile_groups += ready->program->fused_ops;
+    g_ops_fused_segments += segment.length;  // released ops ran as its program said
+    g_ops_per_op -= released_extern;
+    for (const auto& step : ready->program->steps)
+      if (step.kind == fusion::Step::kTileGroup && step.first >= released) g_ops_tile_groups += step.count;
     state.window.clear();
     if (state.holding) g_open_windows.fetch_sub(1);
     state.holding = false;
@@ -331,6 +396,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
                                       : nullptr);
         }
         // Signatures of the segment's ops, in order (the words start each op with it).
+        for (uint32_t st = 0; st < program->steps.size(); ++st)
+          for (uint32_t k = 0; k < program->steps[st].count; ++k) rp->step_of_op.push_back(st);
         size_t w = 0;
         for (uint32_t i = 0; i < segment.length && w < segment.words.size(); ++i) {
           rp->signatures.push_back(static_cast<uint64_t>(segment.words[w]));

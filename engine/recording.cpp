@@ -333,7 +333,10 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
                                           : c10::weak_intrusive_ptr<c10::TensorImpl>(
                                                 c10::intrusive_ptr<c10::TensorImpl>()));
     // Liveness is read at the cut: outputs the program already dropped are dead.
-    if (auto reason = ss.segmenter.add(op)) flush_locked(ss, *reason, core, stream);
+    if (auto reason = ss.segmenter.add(op))
+      flush_locked(ss, *reason, core, stream);
+    else if (adaptive)
+      adaptive_after_add(ss, core, stream);
   }
   if (trace::recording()) {
     Event e;

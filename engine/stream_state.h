@@ -25,6 +25,10 @@ struct StreamState {
   std::vector<std::unique_ptr<backend::OpWork>> window;  // held ops (a prefix of the segment)
   std::vector<std::shared_ptr<ReadyProgram>> candidates;  // ready programs still matching
   bool holding = false;
+  // Ops of the open segment already queued while it matched (extern steps released at
+  // once, scratch-free groups launched when complete): the window holds the ops after.
+  uint32_t released = 0;
+  uint32_t released_extern = 0;  // of those, single extern ops (counted per op until a match)
   std::vector<uint64_t> viewed;  // storages of open-segment outputs that views were taken of
   // Every storage the open segment touches stays alive until the cut, so no address is
   // reused inside a segment: dataflow edges (keyed by storage identity) are exact.
@@ -42,6 +46,9 @@ trace::SegmentPolicy current_segment_policy();
 void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
                    fusion::PlanOp plan_op, uint64_t signature, c10::DeviceIndex core,
                    int64_t stream);
+// After the segmenter took the op (no cut): a complete scratch-free group of the matching
+// program is launched at once instead of waiting for the cut.
+void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t stream);
 // A segment closed: launch it fused, or queue held ops per op; compile hot keys.
 void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
                   c10::DeviceIndex core, int64_t stream);

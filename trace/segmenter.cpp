@@ -95,6 +95,14 @@ std::optional<Segment> Segmenter::flush(CutReason reason, const std::vector<bool
   return s;
 }
 
+std::vector<int64_t> Segmenter::open_op_words() const {
+  Segment s = make_segment(ops_, CutReason::kFlush, {});
+  size_t outputs = 0;
+  for (const auto& op : ops_) outputs += op.outputs.size();
+  s.words.resize(s.words.size() - outputs);
+  return std::move(s.words);
+}
+
 std::vector<uint64_t> Segmenter::open_outputs() const {
   std::vector<uint64_t> out;
   for (const auto& op : ops_) out.insert(out.end(), op.outputs.begin(), op.outputs.end());

@@ -50,6 +50,10 @@ class Segmenter {
   // segment in order, whether it is still referenced; empty = all alive.
   std::optional<Segment> flush(CutReason reason, const std::vector<bool>& alive = {});
   uint32_t open_length() const { return static_cast<uint32_t>(ops_.size()); }
+  // Canonical words of the open segment's ops so far, without liveness: a prefix of the
+  // words the segment will have when it closes (the adaptive controller verifies groups
+  // it launches before the cut against a ready program with it).
+  std::vector<int64_t> open_op_words() const;
   // Outputs of the open segment, in order (for the caller's liveness check).
   std::vector<uint64_t> open_outputs() const;
   const SegmentPolicy& policy() const { return policy_; }

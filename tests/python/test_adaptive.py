@@ -251,12 +251,29 @@ def llama_losses(mode, steps=12):
     return losses, neuron_eager.counters()
 
 
-def test_small_llama_training_adaptive_matches_eager(adaptive):
+def llama_both_modes():
     eager, _ = llama_losses("eager")
     fused, c = llama_losses("adaptive")
-    torch.testing.assert_close(torch.tensor(fused), torch.tensor(eager), rtol=1e-5, atol=1e-5)
+    neuron_eager.set_mode("eager")
+    return {"eager": eager, "fused": fused, "counters": c}
+
+
+def test_small_llama_training_adaptive_matches_eager():
+    # A fresh process: the fused share is a property of this workload alone, not of the
+    # programs earlier tests left behind.
+    import json
+    import subprocess
+    import sys
+    here = os.path.dirname(__file__)
+    p = subprocess.run([sys.executable, "-c", "import json, test_adaptive as t; "
+                        "print(json.dumps(t.llama_both_modes()))"],
+                       cwd=here, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    c = r["counters"]
+    torch.testing.assert_close(torch.tensor(r["fused"]), torch.tensor(r["eager"]), rtol=1e-5, atol=1e-5)
     share = c["ops_in_fused_segments"] / max(1, c["ops_in_fused_segments"] + c["ops_per_op"])
-    print(f"small Llama steady state: {share:.1%} of ops inside fused segments", c)
-    # Measured 90.4-91.5% over runs; what stays per op is mostly one-op segments between
+    print(f"small Llama steady state: {share:.1%} of ops inside fused segments")
+    # Measured 90.1-91.5% over runs; what stays per op is mostly one-op segments between
     # back-to-back matmuls (cut after each). The bound leaves room for run-to-run spread.
     assert share >= 0.85, c
