@@ -78,12 +78,12 @@ ReplayTrace prepare_replay(const Event* ev, size_t n) {
 
   // Timings, dataflow events, forced cuts and compiles.
   std::vector<std::pair<uint64_t, const Event*>> dataflow;  // (op index << 16 | part, event)
-  std::vector<const Event*> cuts, executes, liveness, compiles;
+  std::vector<const Event*> cuts, executes, liveness, compiles, op_executes;
   for (size_t k = 0; k < n; ++k) {
     const Event& e = ev[k];
     if (is(e, EventKind::kOpExecute)) {
       const uint32_t i = index(e.seq);
-      if (i != kNone) t.exec_ns[i] += e.duration_ns, t.measured[i] = 1;
+      if (i != kNone) t.exec_ns[i] += e.duration_ns, t.measured[i] = 1, op_executes.push_back(&e);
     } else if (is(e, EventKind::kOpDataflow)) {
       const uint32_t i = index(e.seq);
       if (i == kNone) continue;
@@ -177,15 +177,35 @@ ReplayTrace prepare_replay(const Event* ev, size_t n) {
     segment_of_first_seq[e->seq] = id;
     t.segments.push_back(s);
   }
-  for (const Event* e : executes) {
-    auto& ft = t.fused_time[e->value];
-    ft.first += static_cast<double>(e->duration_ns);
-    ft.second += 1;
-    auto it = segment_of_first_seq.find(e->seq);
-    if (it != segment_of_first_seq.end() && t.segments[it->second].key == e->value) {
-      t.segments[it->second].fused = true;
-      t.segments[it->second].fused_ns = static_cast<double>(e->duration_ns);
+  // A fused occurrence's device time: its SegmentExecute plus the executions of its ops
+  // that ran outside it (steps the engine queued before the cut).
+  std::vector<uint8_t> nested(ops, 0);
+  {
+    std::unordered_map<uint16_t, std::vector<std::pair<uint64_t, uint64_t>>> spans;  // thread
+    for (const Event* e : executes) spans[e->thread].emplace_back(e->time_ns, e->time_ns + e->duration_ns);
+    for (auto& [thread, v] : spans) std::sort(v.begin(), v.end());
+    for (const Event* e : op_executes) {
+      auto it = spans.find(e->thread);
+      if (it == spans.end()) continue;
+      const auto& v = it->second;
+      auto after = std::upper_bound(v.begin(), v.end(), std::make_pair(e->time_ns, ~uint64_t{0}));
+      if (after != v.begin() && e->time_ns < std::prev(after)->second) nested[index(e->seq)] = 1;
     }
+  }
+  for (const Event* e : executes) {
+    auto it = segment_of_first_seq.find(e->seq);
+    if (it == segment_of_first_seq.end() || t.segments[it->second].key != e->value) continue;
+    RecordedSegment& s = t.segments[it->second];
+    s.fused = true;
+    s.fused_ns = static_cast<double>(e->duration_ns);
+    const auto& list = stream_ops[s.stream];
+    for (uint32_t k = 0; k < s.length; ++k) {
+      const uint32_t i = list[position[s.first] + k];
+      if (t.measured[i] && !nested[i]) s.fused_ns += static_cast<double>(t.exec_ns[i]);
+    }
+    auto& ft = t.fused_time[s.key];
+    ft.first += s.fused_ns;
+    ft.second += 1;
   }
   for (const Event* e : liveness) {
     auto it = segment_of_first_seq.find(e->seq);
@@ -227,30 +247,34 @@ std::vector<double> per_op_costs(const ReplayTrace& t, const CostModel& cost) {
     }
     return ns;
   }
-  // Measured: the op's own execution; else the mean of its signature; else its op's time
-  // per byte; else the trace's time per byte.
-  std::unordered_map<uint64_t, std::pair<double, uint64_t>> by_signature;
+  // Measured: the op's own execution; else the median of its signature's executions (the
+  // first, cold runs of a signature are often outliers); else its op's time per byte;
+  // else the trace's time per byte.
+  std::unordered_map<uint64_t, std::vector<double>> by_signature;
   std::unordered_map<uint32_t, std::pair<double, double>> by_op;  // ns, bytes
   double all_ns = 0, all_bytes = 0;
   for (size_t i = 0; i < ops; ++i) {
     if (!t.measured[i]) continue;
-    auto& s = by_signature[t.signature[i]];
-    s.first += static_cast<double>(t.exec_ns[i]);
-    s.second += 1;
+    by_signature[t.signature[i]].push_back(static_cast<double>(t.exec_ns[i]));
     auto& o = by_op[t.op[i]];
     o.first += static_cast<double>(t.exec_ns[i]);
     o.second += static_cast<double>(t.bytes[i]);
     all_ns += static_cast<double>(t.exec_ns[i]);
     all_bytes += static_cast<double>(t.bytes[i]);
   }
+  std::unordered_map<uint64_t, double> median;
+  for (auto& [signature, v] : by_signature) {
+    std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
+    median[signature] = v[v.size() / 2];
+  }
   for (size_t i = 0; i < ops; ++i) {
     if (t.measured[i]) {
       ns[i] = static_cast<double>(t.exec_ns[i]);
       continue;
     }
-    auto s = by_signature.find(t.signature[i]);
-    if (s != by_signature.end()) {
-      ns[i] = s->second.first / static_cast<double>(s->second.second);
+    auto s = median.find(t.signature[i]);
+    if (s != median.end()) {
+      ns[i] = s->second;
       continue;
     }
     auto o = by_op.find(t.op[i]);
@@ -265,7 +289,8 @@ struct KeyState {
   uint64_t count = 0;
   bool ready = false, rejected = false, costed = false;
   uint32_t ready_at = 0;  // op index of the cut that built the program
-  double fused_ns = 0;
+  double fused_ns = 0;    // the key's fused time when no occurrence gives its own
+  double per_op_sum = 0, fused_sum = 0;
 };
 
 struct StreamReplay {
@@ -402,13 +427,13 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     if (options.cost.source == CostSource::kMeasured && coincides && t.segments[rec].fused &&
         t.segments[rec].key == key)
       fused_ns = t.segments[rec].fused_ns;
-    d.per_op_ns = per_op;
-    d.fused_ns = k.fused_ns;
+    k.per_op_sum += per_op;
     const bool fused = k.ready && k.ready_at < first;
     r.ops += seg->length;
     ++r.occurrences;
     if (fused) {
       ++d.fused;
+      k.fused_sum += fused_ns;
       r.ops_fused += seg->length;
       ++r.occurrences_fused;
       r.fused_ns += fused_ns;
@@ -467,6 +492,11 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
   }
   for (auto& st : streams)
     if (!st.open.empty()) close(st, trace::CutReason::kFlush, st.open.back());
+  for (const auto& [key, k] : keys) {
+    KeyDecision& d = r.keys[k.decision];
+    d.per_op_ns = k.per_op_sum / static_cast<double>(d.occurrences);
+    d.fused_ns = d.fused ? k.fused_sum / static_cast<double>(d.fused) : k.fused_ns;
+  }
   r.device_ns = r.per_op_ns + r.fused_ns;
   return r;
 }

@@ -74,7 +74,7 @@ struct KeyDecision {
   int64_t compiled_at = -1;     // occurrence (1-based) whose cut built the program, -1: none
   std::string decision;         // fused | cold | rejected: cost gate | rejected: single op
   bool native = false;          // the policy's tier would also build a native program
-  double per_op_ns = 0, fused_ns = 0;  // predicted per occurrence
+  double per_op_ns = 0, fused_ns = 0;  // predicted per occurrence (means)
 };
 
 struct ReplayResult {

@@ -36,12 +36,12 @@ def format_report(r: ReplayReport, prepared: Prepared, top: int = 20) -> str:
         f"prepare {prepared.prepare_s * 1e3:.1f} ms",
         "",
         f"segments ({min(top, len(r.keys))} of {len(r.keys)}, most predicted time first)",
-        f"{'key':>18s} {'len':>5s} {'occ':>6s} {'fused':>6s} {'built@':>6s} {'per-op us':>10s} "
+        f"{'key':>16s} {'len':>5s} {'occ':>6s} {'fused':>6s} {'built@':>6s} {'per-op us':>10s} "
         f"{'fused us':>9s} {'total ms':>9s}  {'decision':20s} first op",
     ]
     for k in sorted(r.keys, key=lambda k: -k.predicted_ns)[:top]:
         lines.append(
-            f"{k.key:018x} {k.length:5d} {k.occurrences:6d} {k.fused:6d} "
+            f"{k.key:016x} {k.length:5d} {k.occurrences:6d} {k.fused:6d} "
             f"{k.compiled_at if k.compiled_at >= 0 else '-':>6} {k.per_op_ns / 1e3:10.1f} "
             f"{k.fused_ns / 1e3:9.1f} {k.predicted_ns / 1e6:9.3f}  "
             f"{k.decision + (' +native' if k.native else ''):20s} {k.first_op}")
