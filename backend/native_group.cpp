@@ -141,6 +141,8 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
           arg.kind = fusion::KernelArg::kScalar;
           arg.index = static_cast<int32_t>(binding.scalars.size());
           binding.scalars.push_back({k, true, slot.first});
+        } else if (m.ndim > 0 && m.numel() != step.numel) {
+          return why_not = kop.name + ": operand broadcast along rows", false;
         } else if (static_cast<c10::ScalarType>(m.dtype) != dtype) {
           return why_not = kop.name + ": operand type differs from the group's", false;
         } else if (m.ndim == 0) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <unordered_map>
 
 #include "trace/recorder.h"
@@ -42,27 +43,56 @@ void maybe_inject_failure() {
 void SegmentWork::run_group(const fusion::Step& step) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const int64_t numel = step.numel;
+  const int64_t row = step.row;  // 0: plain pointwise group
   int64_t operands = 0, widest = 1;
   for (uint32_t k = step.first; k < step.first + step.count; ++k) {
     operands += static_cast<int64_t>(ops[k]->record.tensors.size() + ops[k]->output_metas.size());
     for (const auto& m : ops[k]->output_metas)
       widest = std::max<int64_t>(widest, c10::elementSize(static_cast<c10::ScalarType>(m.dtype)));
   }
-  const int64_t tile = fusion::tile_elements(operands, widest);
+  int64_t tile = fusion::tile_elements(operands, widest);
+  if (row > 0) {
+    // Whole rows, and a multiple of 64 elements so vector tails fall where ATen's do.
+    const int64_t unit = std::lcm<int64_t>(row, 64);
+    tile = std::max<int64_t>(unit, tile / unit * unit);
+  }
   const int64_t tiles = (numel + tile - 1) / tile;
   set_item_threads(numel);
-  // Tiles are independent (pointwise ops): threads take whole tiles, and the kernels
-  // inside run single-threaded (ATen does not nest parallel regions).
+  // Tiles are independent (pointwise and row-local ops): threads take whole tiles, and
+  // the kernels inside run single-threaded (ATen does not nest parallel regions).
   at::parallel_for(0, tiles, 1, [&](int64_t first_tile, int64_t end_tile) {
     // Scratch buffers for intermediates that never reach device memory, by storage.
     std::unordered_map<uint64_t, at::Tensor> scratch;
     for (uint32_t k = 0; k < step.count; ++k) {
       const OpWork& op = *ops[step.first + k];
       for (size_t o = 0; o < op.output_metas.size(); ++o)
-        if (step.scratch[k][o])
+        if (step.scratch[k][o]) {
+          const int64_t per_tile = op.output_metas[o].numel() == numel ? tile : tile / std::max<int64_t>(row, 1);
           scratch[storage_id(op.output_storages[o])] = at::empty(
-              {tile}, at::TensorOptions().dtype(static_cast<c10::ScalarType>(op.output_metas[o].dtype)));
+              {per_tile}, at::TensorOptions().dtype(static_cast<c10::ScalarType>(op.output_metas[o].dtype)));
+        }
     }
+    // The tile [lo, hi) of a tensor: full-size tensors are cut (as rows when the group
+    // has rows), per-row values (layer norm's mean and rstd) by rows, anything else
+    // (0-dim scalars, row-broadcast operands) is passed whole.
+    auto view = [&](const c10::Storage& storage, const trace::TensorMeta& m, int64_t lo, int64_t hi) -> at::Tensor {
+      if (m.ndim == 0) return cpu_alias(storage, m);
+      const int64_t n = m.numel();
+      auto s = scratch.find(storage_id(storage));
+      auto shaped = [&](at::Tensor flat, int64_t rows, int64_t cols) {
+        return cols > 0 ? flat.view({rows, cols}) : flat;
+      };
+      if (n == numel) {
+        at::Tensor flat = s != scratch.end() ? s->second.narrow(0, 0, hi - lo) : tile_of(storage, m, lo, hi);
+        return row > 0 ? shaped(flat, (hi - lo) / row, row) : flat;
+      }
+      if (row > 0 && n * row == numel) {
+        const int64_t a = lo / row, b = hi / row;
+        at::Tensor flat = s != scratch.end() ? s->second.narrow(0, 0, b - a) : tile_of(storage, m, a, b);
+        return shaped(flat, b - a, 1);
+      }
+      return cpu_alias(storage, m);
+    };
     torch::jit::Stack stack;
     for (int64_t t = first_tile; t < end_tile; ++t) {
       const int64_t lo = t * tile, hi = std::min(numel, lo + tile);
@@ -71,20 +101,13 @@ void SegmentWork::run_group(const fusion::Step& step) {
         auto input = [&](uint32_t index) -> at::Tensor {
           const trace::TensorMeta& m = op.record.tensors[index];
           const TensorSource& src = op.inputs[index];
-          if (!src.storage) return src.host;  // host scalar
-          if (m.ndim == 0) return cpu_alias(src.storage, m);
-          auto s = scratch.find(storage_id(src.storage));
-          if (s != scratch.end()) return s->second.narrow(0, 0, hi - lo);
-          return tile_of(src.storage, m, lo, hi);
+          if (!src.storage) return src.host;  // host scalar, or an absent optional
+          return view(src.storage, m, lo, hi);
         };
         stack.clear();
         op.push_arguments(stack, input, [&](size_t i) -> const c10::IValue& { return op.values[i]; });
-        for (size_t o = 0; o < op.output_metas.size(); ++o) {
-          auto s = scratch.find(storage_id(op.output_storages[o]));
-          stack.emplace_back(s != scratch.end()
-                                 ? s->second.narrow(0, 0, hi - lo)
-                                 : tile_of(op.output_storages[o], op.output_metas[o], lo, hi));
-        }
+        for (size_t o = 0; o < op.output_metas.size(); ++o)
+          stack.emplace_back(view(op.output_storages[o], op.output_metas[o], lo, hi));
         op.out_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
       }
     }

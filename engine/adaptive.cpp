@@ -178,31 +178,89 @@ bool fusion_allowed() {
 
 bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }
 
+namespace {
+
+bool plain(const trace::TensorMeta& m) {
+  return m.device >= 0 && is_contiguous(m) && m.flags == 0 && m.storage_offset == 0;
+}
+
+// Operand broadcast along rows of out: shape (1, ..., 1, C) or (C), C = out's last size.
+bool row_broadcast(const trace::TensorMeta& m, const trace::TensorMeta& out) {
+  if (out.ndim < 2 || m.ndim > out.ndim || !plain(m)) return false;
+  const int64_t c = out.sizes[out.ndim - 1];
+  if (m.sizes[m.ndim - 1] != c || c <= 1) return false;
+  for (int i = 0; i + 1 < m.ndim; ++i)
+    if (m.sizes[i] != 1) return false;
+  return true;
+}
+
+// Ops that are independent per row of their last dim: they may join a tile group whose
+// tiles are whole rows. (ATen computes each row on its own, so a tile gives the bits the
+// whole tensor gives.)
+fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::PlanOp p) {
+  const auto& in = work.record.tensors.empty() ? trace::TensorMeta{} : work.record.tensors[0];
+  if (!in.defined || in.ndim < 2 || !plain(in)) return p;
+  const int64_t c = in.sizes[in.ndim - 1];
+  const int64_t n = in.numel();
+  if (c <= 0 || n <= 0) return p;
+  for (const auto& m : work.output_metas) {
+    if (!m.defined || !is_contiguous(m)) return p;
+    if (m.numel() != n && m.numel() != n / c) return p;  // out, or per-row stats
+  }
+  if (info.name == "aten::native_layer_norm") {
+    // normalized_shape = [C]; weight and bias [C] or absent.
+    if (work.slots.size() < 5 || work.slots[1].kind != backend::SlotKind::kValue) return p;
+    const c10::IValue& shape = work.values[1];
+    if (!shape.isIntList() || shape.toIntList().size() != 1 || shape.toIntList().get(0) != c) return p;
+    for (size_t k = 1; k < work.record.tensors.size(); ++k) {
+      const auto& m = work.record.tensors[k];
+      if (m.defined && (!plain(m) || m.numel() != c)) return p;
+    }
+  } else {
+    // _softmax / _log_softmax(self, dim, half_to_float) over the last dim.
+    if (work.slots.size() < 2 || !work.values[1].isInt()) return p;
+    const int64_t dim = work.values[1].toInt();
+    if (dim != -1 && dim != in.ndim - 1) return p;
+    if (work.output_metas.size() != 1 || work.output_metas[0].numel() != n) return p;
+  }
+  p.pointwise = true;
+  p.numel = n;
+  p.row = c;
+  return p;
+}
+
+}  // namespace
+
 fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
   fusion::PlanOp p;
   for (const auto& m : work.record.tensors)
     p.inputs.push_back(m.defined && m.device >= 0 && m.ndim > 0 ? static_cast<int64_t>(m.storage) : -1);
-  if (work.output_metas.size() != 1 || !work.out_op || !info.write_args.empty()) return p;
-  const auto& out = work.output_metas[0];
-  if (!out.defined || !is_contiguous(out)) return p;
-  const auto& policy_ops = active_policy().fusible_ops;
-  const bool listed = policy_ops.empty()
-                          ? builtin_pointwise().count(info.name) > 0
-                          : std::find(policy_ops.begin(), policy_ops.end(), info.name) != policy_ops.end();
-  if (!listed) return p;
+  if (!work.out_op || !info.write_args.empty()) return p;
   for (size_t k = 0; k < work.slots.size(); ++k)
     if (work.slots[k].kind != backend::SlotKind::kValue &&
         work.slots[k].kind != backend::SlotKind::kTensor)
       return p;
+  const auto& policy_ops = active_policy().fusible_ops;
+  if (!policy_ops.empty() && std::find(policy_ops.begin(), policy_ops.end(), info.name) == policy_ops.end())
+    return p;
+  if (info.name == "aten::native_layer_norm" || info.name == "aten::_softmax" ||
+      info.name == "aten::_log_softmax")
+    return row_op(work, info, std::move(p));
+  if (work.output_metas.size() != 1) return p;
+  const auto& out = work.output_metas[0];
+  if (!out.defined || !is_contiguous(out)) return p;
+  if (policy_ops.empty() && builtin_pointwise().count(info.name) == 0) return p;
+  int64_t row = 0;
   for (size_t k = 0; k < work.record.tensors.size(); ++k) {
     const auto& m = work.record.tensors[k];
     if (!m.defined || m.ndim == 0) continue;  // scalars broadcast by the kernel itself
-    if (m.device < 0 || !same_sizes(m, out) || !is_contiguous(m) || m.flags != 0 ||
-        m.storage_offset != 0)
-      return p;
+    if (same_sizes(m, out) && plain(m)) continue;
+    if (!row_broadcast(m, out)) return p;
+    row = out.sizes[out.ndim - 1];  // a bias or scale along rows: tiles of whole rows
   }
   p.pointwise = true;
   p.numel = out.numel();
+  p.row = row;
   return p;
 }
 

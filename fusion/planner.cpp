@@ -6,7 +6,7 @@
 namespace neuron::fusion {
 
 int64_t tile_elements(int64_t operands, int64_t element_bytes) {
-  constexpr int64_t kBudget = 256 * 1024;
+  constexpr int64_t kBudget = 2 * 1024 * 1024;
   int64_t n = kBudget / std::max<int64_t>(1, operands * element_bytes);
   n = std::max<int64_t>(64, n / 64 * 64);
   return n;
@@ -23,16 +23,22 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
   uint32_t i = 0;
   while (i < ops.size()) {
     uint32_t j = i;
-    while (j < ops.size() && ops[j].pointwise && ops[j].numel == ops[i].numel) ++j;
+    // A run: same element count, and one row length among the ops that need rows.
+    int64_t row = 0;
+    while (j < ops.size() && ops[j].pointwise && ops[j].numel == ops[i].numel &&
+           (ops[j].row == 0 || row == 0 || ops[j].row == row)) {
+      if (ops[j].row != 0) row = ops[j].row;
+      ++j;
+    }
     const uint32_t run = j - i;
     if (run == 0 || run < std::max<uint32_t>(min_group, 2)) {
       // Not worth a group: per op (a pointwise run shorter than the minimum, or extern).
       const uint32_t n = std::max<uint32_t>(run, 1);
-      for (uint32_t k = i; k < i + n; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0});
+      for (uint32_t k = i; k < i + n; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0, 0});
       i += n;
       continue;
     }
-    Step group{Step::kTileGroup, i, run, {}, ops[i].numel};
+    Step group{Step::kTileGroup, i, run, {}, ops[i].numel, row};
     for (uint32_t k = i; k < j; ++k) {
       std::vector<bool> scratch;
       for (size_t o = 0; o < ops[k].outputs.size(); ++o) {

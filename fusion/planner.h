@@ -13,6 +13,9 @@ namespace neuron::fusion {
 struct PlanOp {
   bool pointwise = false;        // may join a tile group (caller checked op, layout, dtype)
   int64_t numel = 0;             // elements of every full-size operand
+  // Row-local ops (layer norm, softmax over the last dim) and pointwise ops with operands
+  // broadcast along rows need whole rows per tile: the row length; 0 for plain pointwise.
+  int64_t row = 0;
   std::vector<int64_t> inputs;   // value ids; -1 for scalars and 0-dim operands
   std::vector<int64_t> outputs;  // value ids of fresh outputs
   std::vector<bool> alive;       // per output: still referenced after the segment
@@ -26,6 +29,7 @@ struct Step {
   // (the value dies inside the group and nobody reads it later).
   std::vector<std::vector<bool>> scratch;
   int64_t numel = 0;
+  int64_t row = 0;  // tiles are whole rows of this length (0: any multiple of 64 elements)
 };
 
 struct Program {
@@ -38,7 +42,9 @@ struct Program {
 Program plan(const std::vector<PlanOp>& ops, uint32_t min_group);
 
 // Elements per tile for a group whose ops touch `operands` full-size arrays of `bytes`
-// elements each: sized so one tile of every operand fits in ~256 KiB, a multiple of 64.
+// elements each: sized so one tile of every operand fits in ~2 MiB (a slice of L3: each
+// kernel call costs microseconds, so L2-sized tiles lose more in calls than they save), a
+// multiple of 64.
 int64_t tile_elements(int64_t operands, int64_t element_bytes);
 
 }  // namespace neuron::fusion

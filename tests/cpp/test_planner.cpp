@@ -59,6 +59,6 @@ TEST(Planner, ShapeChangeOrShortRunsSplitGroups) {
 
 TEST(Planner, TileSizeFitsTheBudget) {
   EXPECT_EQ(tile_elements(4, 4) % 64, 0);
-  EXPECT_LE(tile_elements(4, 4) * 4 * 4, 256 * 1024);
+  EXPECT_LE(tile_elements(4, 4) * 4 * 4, 2 * 1024 * 1024);
   EXPECT_GE(tile_elements(1000, 8), 64);
 }
