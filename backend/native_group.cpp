@@ -335,6 +335,29 @@ void NativeGroup::trial(const std::vector<std::unique_ptr<OpWork>>& ops, const f
   }
 }
 
+bool NativeGroup::run_whole_next() {
+  const int c = tier1_choice_.load(std::memory_order_relaxed);
+  if (c != 0) return c == 2;
+  std::lock_guard lock(mutex_);
+  return whole_ns_.size() <= tiled_ns_.size();  // alternate while trying
+}
+
+void NativeGroup::note_tier1(bool whole, uint64_t ns) {
+  constexpr size_t kEach = 3;
+  if (tier1_choice_.load(std::memory_order_relaxed) != 0) return;
+  std::lock_guard lock(mutex_);
+  (whole ? whole_ns_ : tiled_ns_).push_back(ns);
+  if (whole_ns_.size() < kEach || tiled_ns_.size() < kEach) return;
+  auto median = [](std::vector<uint64_t> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const uint64_t w = median(whole_ns_), t = median(tiled_ns_);
+  tier1_choice_.store(t < w ? 1 : 2);
+  tier2_note(segment_key_, std::string("tier 1 runs this group ") + (t < w ? "tile by tile" : "op by op on whole tensors") +
+                               " (" + std::to_string(t / 1000.0) + " us tiled vs " + std::to_string(w / 1000.0) + " us whole)");
+}
+
 void NativeGroup::after_tier1(const std::vector<std::unique_ptr<OpWork>>& ops,
                               const fusion::Step& step, uint64_t tier1_ns) {
   if (policy_.tier == fusion::Tier::kInstant) return;

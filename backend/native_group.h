@@ -58,6 +58,11 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
                    uint64_t tier1_ns);
   State state() const { return static_cast<State>(state_.load()); }
 
+  // Tier 1 runs a group tile by tile, or its ops one after the other on whole tensors
+  // (each kernel with its own threads). The first runs try both, timed; the faster wins.
+  bool run_whole_next();
+  void note_tier1(bool whole, uint64_t ns);
+
  private:
   bool build_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                   fusion::KernelSpec& spec, std::string& why_not);
@@ -80,6 +85,8 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
   uint32_t build_failures_ = 0;
   uint64_t retry_after_ns_ = 0;
   std::vector<uint64_t> trial_tier1_, trial_tier2_;
+  std::vector<uint64_t> whole_ns_, tiled_ns_;
+  std::atomic<int> tier1_choice_{0};  // 0 trying, 1 tiled, 2 whole
 };
 
 }  // namespace neuron::backend

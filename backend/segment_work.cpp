@@ -127,6 +127,7 @@ void SegmentWork::run() {
     }
     NativeGroup* native = i < natives.size() ? natives[i].get() : nullptr;
     uint64_t tier1_ns = 0;
+    bool whole = false;
     try {
       maybe_inject_failure();
       if (native != nullptr) {
@@ -134,7 +135,13 @@ void SegmentWork::run() {
         if (native->try_run(ops, step)) continue;
       }
       const auto t0 = std::chrono::steady_clock::now();
-      run_group(step);
+      whole = native != nullptr && native->run_whole_next();
+      if (whole) {
+        // Each op on its whole tensors (intermediates in scratch are written too).
+        for (uint32_t k = step.first; k < step.first + step.count; ++k) ops[k]->run();
+      } else {
+        run_group(step);
+      }
       tier1_ns = static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     } catch (const std::exception&) {
@@ -146,6 +153,7 @@ void SegmentWork::run() {
     }
     if (native == nullptr) continue;
     try {
+      native->note_tier1(whole, tier1_ns);
       native->after_tier1(ops, step, tier1_ns);  // results are written: tier 2 bookkeeping only
     } catch (const std::exception&) {
     }

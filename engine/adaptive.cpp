@@ -446,8 +446,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
         rp->key = segment.key;
         rp->words = segment.words;
         rp->program = program;
-        if (policy.tier != fusion::Tier::kInstant) {
-          configure_native_once();
+        {
+          if (policy.tier != fusion::Tier::kInstant) configure_native_once();
           for (const auto& step : program->steps)
             rp->natives.push_back(step.kind == fusion::Step::kTileGroup
                                       ? std::make_shared<backend::NativeGroup>(policy, segment.key)
