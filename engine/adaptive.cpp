@@ -91,8 +91,7 @@ bool same_sizes(const trace::TensorMeta& a, const trace::TensorMeta& b) {
   return true;
 }
 
-void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, uint8_t core,
-          uint32_t reason = 0) {
+void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, uint8_t core) {
   if (!trace::recording()) return;
   auto& rec = trace::Recorder::instance();
   trace::Event e;
@@ -102,7 +101,6 @@ void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, 
   e.value = key;
   e.aux = aux;
   e.core = core;
-  e.reserved = reason;
   rec.emit(e);
 }
 
@@ -342,7 +340,7 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
   work->ops.resize(position + 1);
   for (uint32_t k = 0; k < step.count; ++k) work->ops[step.first + k] = std::move(state.window[k]);
   work->key = lead->key;
-  work->seq = 0;  // the segment's execute event comes from the item launched at the cut
+  work->seq = work->ops[step.first]->seq;  // traced: a SegmentExecute of this group's ops
   work->core = static_cast<uint8_t>(core);
   work->stream = static_cast<uint16_t>(stream);
   work->failures = lead->failures;

@@ -1,0 +1,109 @@
+"""Random pointwise programs over the ops tier 2 has formulas for, run in loops in adaptive
+mode with tier 2 forced on (every group gets a kernel after one run), compared bit for bit
+with CPU eager. Prints a JSON summary. Used by test_native.py (in a subprocess with its own
+NEURON_CACHE_DIR).
+
+    python tests/python/native_diff.py [--programs N] [--seed S]
+"""
+
+import argparse
+import json
+import random
+
+import torch
+
+import neuron_eager
+
+UNARY = ["neg", "abs", "sigmoid", "silu", "reciprocal", "rsqrt", "expm1", "log1p", "relu_bwd",
+         "clamp_min", "clamp_max", "scale", "gelu64"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "add_alpha", "rsub", "sigmoid_bwd",
+          "tanh_bwd", "silu_bwd"]
+TERNARY = ["addcmul", "addcdiv"]
+
+
+def apply(name, a, b=None, c=None):
+    if name == "neg": return -a
+    if name == "abs": return a.abs()
+    if name == "sigmoid": return a.sigmoid()
+    if name == "silu": return torch.nn.functional.silu(a)
+    if name == "reciprocal": return (a.abs() + 0.5).reciprocal()
+    if name == "rsqrt": return (a.abs() + 0.25).rsqrt()
+    if name == "expm1": return a.clamp(-3, 3).expm1()
+    if name == "log1p": return a.abs().log1p()
+    if name == "relu_bwd": return torch.ops.aten.threshold_backward(a, a * 0.5, 0.0)
+    if name == "clamp_min": return torch.clamp_min(a, -0.5)
+    if name == "clamp_max": return torch.clamp_max(a, 0.75)
+    if name == "scale": return a * 1.25
+    if name == "gelu64": return torch.nn.functional.gelu(a) if a.dtype == torch.float64 else a * 0.5
+    if name == "add": return a + b
+    if name == "sub": return a - b
+    if name == "mul": return a * b
+    if name == "div": return a / (b.abs() + 0.5)
+    if name == "maximum": return torch.maximum(a, b)
+    if name == "minimum": return torch.minimum(a, b)
+    if name == "add_alpha": return torch.add(a, b, alpha=0.3)
+    if name == "rsub": return torch.rsub(a, b, alpha=2.0)
+    if name == "sigmoid_bwd": return torch.ops.aten.sigmoid_backward(a, b.sigmoid())
+    if name == "tanh_bwd": return torch.ops.aten.tanh_backward(a, b.tanh())
+    if name == "silu_bwd": return torch.ops.aten.silu_backward(a, b)
+    if name == "addcmul": return torch.addcmul(a, b, c, value=0.5)
+    if name == "addcdiv": return torch.addcdiv(a, b, c.abs() + 0.5, value=-0.75)
+    raise AssertionError(name)
+
+
+def make(rng):
+    shape = rng.choice([(4099,), (64, 257), (3, 50, 33), (1 << 16,)])
+    dtype = rng.choice([torch.float32, torch.float64])
+    steps = []
+    n = 3
+    for _ in range(rng.randint(3, 9)):
+        kind = rng.random()
+        if kind < 0.4:
+            steps.append((rng.choice(UNARY), [rng.randrange(n)]))
+        elif kind < 0.85:
+            steps.append((rng.choice(BINARY), [rng.randrange(n), rng.randrange(n)]))
+        else:
+            steps.append((rng.choice(TERNARY), [rng.randrange(n) for _ in range(3)]))
+        n += 1
+    return shape, dtype, steps
+
+
+def run(program, inputs):
+    values = list(inputs)
+    for name, args in program[2]:
+        values.append(apply(name, *[values[i] for i in args]))
+    return values[-1]
+
+
+def main(programs, seed):
+    rng = random.Random(seed)
+    neuron_eager.set_mode("adaptive")
+    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1})
+    mismatches = []
+    progs = [make(rng) for _ in range(programs)]
+    data = []
+    for i, prog in enumerate(progs):
+        g = torch.Generator().manual_seed(seed * 1000 + i)
+        cpu = [torch.randn(prog[0], dtype=prog[1], generator=g) for _ in range(3)]
+        data.append((cpu, run(prog, cpu), [t.to("neuron") for t in cpu]))
+    # Rounds over all programs: every program gets hot, its kernels build in the
+    # background, and later rounds run them (after the bit-for-bit trial against tier 1).
+    for round_ in range(12):
+        for i, prog in enumerate(progs):
+            out = run(prog, data[i][2]).cpu()
+            if not torch.equal(out, data[i][1]) and i not in mismatches:
+                mismatches.append(i)
+        if round_ == 3:
+            neuron_eager._C.native_wait_idle()
+    neuron_eager.set_policy("default")
+    neuron_eager.set_mode("eager")
+    c = {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
+    return {"programs": programs, "mismatches": mismatches, "counters": c}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--programs", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    print(json.dumps(main(a.programs, a.seed)))
