@@ -86,7 +86,9 @@ void SegmentWork::run_group(const fusion::Step& step) {
         at::Tensor flat = s != scratch.end() ? s->second.narrow(0, 0, hi - lo) : tile_of(storage, m, lo, hi);
         return row > 0 ? shaped(flat, (hi - lo) / row, row) : flat;
       }
-      if (row > 0 && n * row == numel) {
+      // Per-row values have a last size of 1 (a row-broadcast operand of C elements can
+      // have the same count when there are C rows).
+      if (row > 0 && m.sizes[m.ndim - 1] == 1 && n * row == numel) {
         const int64_t a = lo / row, b = hi / row;
         at::Tensor flat = s != scratch.end() ? s->second.narrow(0, 0, b - a) : tile_of(storage, m, a, b);
         return shaped(flat, b - a, 1);

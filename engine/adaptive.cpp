@@ -203,7 +203,8 @@ fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::P
   if (c <= 0 || n <= 0) return p;
   for (const auto& m : work.output_metas) {
     if (!m.defined || !is_contiguous(m)) return p;
-    if (m.numel() != n && m.numel() != n / c) return p;  // out, or per-row stats
+    // out, or per-row stats (last size 1)
+    if (m.numel() != n && !(m.numel() * c == n && m.sizes[m.ndim - 1] == 1)) return p;
   }
   if (info.name == "aten::native_layer_norm") {
     // normalized_shape = [C]; weight and bias [C] or absent.
