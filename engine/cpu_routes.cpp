@@ -4,6 +4,7 @@
 // fused attention kernel.
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <unordered_set>
 
@@ -73,6 +74,10 @@ int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                    std::optional<double> scale, bool enable_gqa) {
   std::optional<at::Tensor> cpu_mask;
   if (mask && mask->defined()) cpu_mask = shallow_alias(*mask);
+  // CPU's rule reads only shapes, strides and dtypes. Under FakeTensorMode (torch.compile
+  // tracing) the aliases must not reach the Python mode, which rejects real tensors.
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   return at::_fused_sdp_choice(shallow_alias(q), shallow_alias(k), shallow_alias(v), cpu_mask,
                                dropout_p, is_causal, scale, enable_gqa);
 }

@@ -136,3 +136,26 @@ def test_eager_attention_logits_bit_exact(name):
         out = dev_model(input_ids=ids.to(DEV), attention_mask=mask.to(DEV)).logits
     assert ref.std() > 1e-3, "degenerate reference logits"
     torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
+
+
+def test_static_cache_generate_compiles_with_neuron_backend():
+    """transformers compiles static-cache decoding for a device named "neuron" with a Dynamo
+    backend of that name: ours (an entry point) runs the captured graph through the
+    engine; the tokens equal CPU's. Also checks torch.compile(backend="neuron")."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    f = torch.compile(lambda x: (x * 2).sin() + 1, backend="neuron")
+    x = torch.randn(8)
+    assert torch.equal(f(x.to("neuron")).cpu(), (x * 2).sin() + 1)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(3, 64, (1, 4), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.generate(ids, max_new_tokens=8, do_sample=False,
+                                  cache_implementation="static")
+        got = model.to("neuron").generate(ids.to("neuron"), max_new_tokens=8, do_sample=False,
+                                           cache_implementation="static")
+    assert torch.equal(got.cpu(), expected)
