@@ -168,7 +168,7 @@ std::optional<Policy> builtin_policy(const std::string& name) {
     p.hot_threshold = 2;
     p.max_segment_length = 1024;
     p.min_fusible_ops = 1;
-    p.expected_repeats = 1000;
+    p.expected_repeats = 100000;  // above the default: compiles tier 2 sooner
     return p;
   }
   if (name == "conservative") {
