@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/List.h>
 #include <dlfcn.h>
+
+#include <mutex>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -86,7 +88,55 @@ c10::OperatorHandle OpWork::dummy_handle() {
   return handle;
 }
 
+namespace {
+
+// Finished OpWorks, kept with their vectors' capacity: a queued op then costs no heap
+// allocation for its record, arguments and outputs once the pool is warm.
+struct Pool {
+  std::mutex mutex;
+  std::vector<OpWork*> free;
+  static constexpr size_t kMax = 4096;
+};
+
+Pool& pool() {
+  static auto* p = new Pool();  // never destroyed: workers may recycle during exit
+  return *p;
+}
+
+}  // namespace
+
+std::unique_ptr<OpWork> OpWork::acquire(const c10::OperatorHandle& handle) {
+  Pool& p = pool();
+  OpWork* w = nullptr;
+  {
+    std::lock_guard lock(p.mutex);
+    if (!p.free.empty()) {
+      w = p.free.back();
+      p.free.pop_back();
+    }
+  }
+  if (w == nullptr) return std::make_unique<OpWork>(handle);
+  w->op = handle;
+  return std::unique_ptr<OpWork>(w);
+}
+
+void OpWork::recycle(std::unique_ptr<OpWork> work) {
+  if (!work) return;
+  work->clear();
+  Pool& p = pool();
+  std::lock_guard lock(p.mutex);
+  if (p.free.size() < Pool::kMax) p.free.push_back(work.release());
+}
+
+void OpWork::finish(std::unique_ptr<WorkItem> self) {
+  recycle(std::unique_ptr<OpWork>(static_cast<OpWork*>(self.release())));
+}
+
 void OpWork::clear() {
+  record.tensors.clear();
+  seq = 0;
+  core = 0;
+  stream = 0;
   values.clear();
   slots.clear();
   inputs.clear();

@@ -48,8 +48,15 @@ class OpWork final : public WorkItem {
  public:
   void run() override;
   std::string describe() const override;
+  // Back to the pool once run: storages dropped now, vectors keep their capacity.
+  void finish(std::unique_ptr<WorkItem> self) override;
   // Drops held storages and tensors but keeps capacity, for reuse.
   void clear();
+
+  // An OpWork for op from the pool (allocations of earlier ops reused), or a new one.
+  static std::unique_ptr<OpWork> acquire(const c10::OperatorHandle& op);
+  // Clears work and keeps it for acquire() (deletes it when the pool is full).
+  static void recycle(std::unique_ptr<OpWork> work);
 
   c10::OperatorHandle op;          // the op itself, run on CPU
   std::optional<c10::OperatorHandle> out_op;  // its out= variant, writing into our outputs

@@ -175,6 +175,11 @@ void SegmentWork::run() {
   }
 }
 
+void SegmentWork::finish(std::unique_ptr<WorkItem> self) {
+  for (auto& op : ops) OpWork::recycle(std::move(op));
+  self.reset();
+}
+
 std::string SegmentWork::describe() const {
   return "fused segment of " + std::to_string(ops.size()) + " ops";
 }

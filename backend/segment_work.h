@@ -20,6 +20,7 @@ class SegmentWork final : public WorkItem {
  public:
   void run() override;
   std::string describe() const override;
+  void finish(std::unique_ptr<WorkItem> self) override;  // its ops go back to the pool
 
   std::shared_ptr<const fusion::Program> program;
   // Indexed by position in the segment; null where the op was queued by another item

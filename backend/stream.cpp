@@ -59,13 +59,16 @@ void Stream::worker_loop() {
     // leaves the core to the dispatching host thread whenever it needs it.
     const auto idle_since = std::chrono::steady_clock::now();
     for (int spin = 0; !item; ++spin) {
-      {
+      // Polls the enqueue counter, not the mutex: a spinning worker never makes the
+      // dispatching thread wait for the lock.
+      if (enqueued_.load(std::memory_order_acquire) > taken_) {
         std::lock_guard lock(mutex_);
-        if (!queue_.empty()) {
-          item = std::move(queue_.front());
-          queue_.pop_front();
-          break;
-        }
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        break;
+      }
+      if (spin % 64 == 63) {
+        std::lock_guard lock(mutex_);
         if (stop_) return;
       }
       if (spin < 200) {
@@ -84,6 +87,7 @@ void Stream::worker_loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    ++taken_;
     try {
       item->run();
     } catch (const std::exception& e) {
@@ -94,7 +98,9 @@ void Stream::worker_loop() {
       std::lock_guard lock(mutex_);
       if (error_.empty()) error_ = item->describe() + " failed with an unknown exception";
     }
-    item.reset();  // releases the item's buffers before the work counts as done
+    // Releases the item's buffers before the work counts as done.
+    WorkItem* raw = item.get();
+    raw->finish(std::move(item));
     completed_.fetch_add(1, std::memory_order_acq_rel);
     std::lock_guard lock(mutex_);
     if (waiters_ > 0) done_cv_.notify_all();

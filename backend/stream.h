@@ -21,6 +21,9 @@ class WorkItem {
   virtual ~WorkItem() = default;
   virtual void run() = 0;
   virtual std::string describe() const = 0;
+  // Called on the worker once the item ran, with the item's own ownership: releases what
+  // it holds (before the item counts as done). Items may keep themselves for reuse.
+  virtual void finish(std::unique_ptr<WorkItem> self) { self.reset(); }
 };
 
 // The error a sync raises when queued work failed.
@@ -76,6 +79,7 @@ class Stream {
   int waiters_ = 0;
   bool stop_ = false;
   std::atomic<uint64_t> enqueued_{0};
+  uint64_t taken_ = 0;  // items the worker popped (worker thread only)
   std::atomic<uint64_t> completed_{0};
   std::string error_;  // first failure since the last sync
   std::thread worker_;

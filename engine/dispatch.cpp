@@ -180,11 +180,7 @@ class Recorder {
   c10::DeviceIndex device_ = -1;
 };
 
-std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) {
-  auto work = std::make_unique<OpWork>();
-  work->op = op;
-  return work;
-}
+std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) { return OpWork::acquire(op); }
 
 }  // namespace
 
