@@ -55,6 +55,10 @@ void SegmentWork::run_group(const fusion::Step& step) {
     // Whole rows, and a multiple of 64 elements so vector tails fall where ATen's do.
     const int64_t unit = std::lcm<int64_t>(row, 64);
     tile = std::max<int64_t>(unit, tile / unit * unit);
+    // At least 2 rows per tile, the last one included: with a single output element
+    // ATen's var switches to its whole-tensor algorithm (other bits than per row).
+    const int64_t rows = numel / row;
+    while (tile < numel && (tile / row < 2 || rows % (tile / row) == 1)) tile += unit;
   }
   const int64_t tiles = (numel + tile - 1) / tile;
   set_item_threads(numel);

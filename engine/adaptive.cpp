@@ -192,6 +192,24 @@ bool row_broadcast(const trace::TensorMeta& m, const trace::TensorMeta& out) {
   return true;
 }
 
+// Reductions that may join row groups: the index of their dim-list argument, else 0.
+size_t reduction_dims_arg(const std::string& name) {
+  static const std::unordered_map<std::string, size_t> ops = {
+      {"aten::sum.dim_IntList", 1}, {"aten::mean.dim", 1}, {"aten::amax", 1},
+      {"aten::amin", 1}, {"aten::var.correction", 1}};
+  auto it = ops.find(name);
+  return it == ops.end() ? 0 : it->second;
+}
+
+// Operand with one value per row of out: out's sizes with a last size of 1.
+bool per_row_operand(const trace::TensorMeta& m, const trace::TensorMeta& out) {
+  if (out.ndim < 2 || m.ndim != out.ndim || !plain(m)) return false;
+  if (m.sizes[m.ndim - 1] != 1 || out.sizes[out.ndim - 1] <= 1) return false;
+  for (int i = 0; i + 1 < m.ndim; ++i)
+    if (m.sizes[i] != out.sizes[i]) return false;
+  return true;
+}
+
 // Ops that are independent per row of their last dim: they may join a tile group whose
 // tiles are whole rows. (ATen computes each row on its own, so a tile gives the bits the
 // whole tensor gives.)
@@ -206,7 +224,23 @@ fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::P
     // out, or per-row stats (last size 1)
     if (m.numel() != n && !(m.numel() * c == n && m.sizes[m.ndim - 1] == 1)) return p;
   }
-  if (info.name == "aten::native_layer_norm") {
+  if (reduction_dims_arg(info.name) > 0) {
+    // A reduction over the last dim with keepdim (its per-row result has a last size of
+    // 1), no dtype change: each row reduces on its own (rows are split across threads,
+    // never a row), so a tile of whole rows gives the bits the whole tensor gives.
+    const size_t d = reduction_dims_arg(info.name);
+    if (c < 2 || n / c < 2 || work.output_metas.size() != 1) return p;
+    const auto& out = work.output_metas[0];
+    if (out.ndim != in.ndim || out.sizes[out.ndim - 1] != 1 || out.dtype != in.dtype) return p;
+    if (work.slots.size() <= d + 1 || !work.values[d].isIntList()) return p;
+    const auto dims = work.values[d].toIntList();
+    if (dims.size() != 1 || (dims.get(0) != -1 && dims.get(0) != in.ndim - 1)) return p;
+    const size_t keepdim = info.name == "aten::var.correction" ? d + 2 : d + 1;
+    if (keepdim >= work.values.size() || !work.values[keepdim].isBool() || !work.values[keepdim].toBool())
+      return p;
+    for (size_t k = keepdim + 1; k < work.values.size(); ++k)
+      if (work.slots[k].kind == backend::SlotKind::kValue && !work.values[k].isNone()) return p;  // dtype=
+  } else if (info.name == "aten::native_layer_norm") {
     // normalized_shape = [C]; weight and bias [C] or absent.
     if (work.slots.size() < 5 || work.slots[1].kind != backend::SlotKind::kValue) return p;
     const c10::IValue& shape = work.values[1];
@@ -243,7 +277,7 @@ fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
   if (!policy_ops.empty() && std::find(policy_ops.begin(), policy_ops.end(), info.name) == policy_ops.end())
     return p;
   if (info.name == "aten::native_layer_norm" || info.name == "aten::_softmax" ||
-      info.name == "aten::_log_softmax")
+      info.name == "aten::_log_softmax" || reduction_dims_arg(info.name) > 0)
     return row_op(work, info, std::move(p));
   if (work.output_metas.size() != 1) return p;
   const auto& out = work.output_metas[0];
@@ -254,12 +288,15 @@ fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
     const auto& m = work.record.tensors[k];
     if (!m.defined || m.ndim == 0) continue;  // scalars broadcast by the kernel itself
     if (same_sizes(m, out) && plain(m)) continue;
-    if (!row_broadcast(m, out)) return p;
-    row = out.sizes[out.ndim - 1];  // a bias or scale along rows: tiles of whole rows
+    // A bias or scale along rows, or one value per row (a norm's statistics): whole rows.
+    if (!row_broadcast(m, out) && !per_row_operand(m, out)) return p;
+    row = out.sizes[out.ndim - 1];
   }
   p.pointwise = true;
   p.numel = out.numel();
   p.row = row;
+  // Over per-row values only: may run on row slices inside a row group.
+  p.per_row = row == 0 && out.ndim >= 2 && out.sizes[out.ndim - 1] == 1;
   return p;
 }
 

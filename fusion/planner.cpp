@@ -25,9 +25,13 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
     uint32_t j = i;
     // A run: same element count, and one row length among the ops that need rows.
     int64_t row = 0;
-    while (j < ops.size() && ops[j].pointwise && ops[j].numel == ops[i].numel &&
-           (ops[j].row == 0 || row == 0 || ops[j].row == row)) {
-      if (ops[j].row != 0) row = ops[j].row;
+    while (j < ops.size() && ops[j].pointwise) {
+      const PlanOp& o = ops[j];
+      if (o.numel == ops[i].numel && (o.row == 0 || row == 0 || o.row == row)) {
+        if (o.row != 0) row = o.row;
+      } else if (!(row != 0 && o.per_row && o.row == 0 && o.numel * row == ops[i].numel)) {
+        break;  // per-row values join only a group whose rows are known
+      }
       ++j;
     }
     const uint32_t run = j - i;

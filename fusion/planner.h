@@ -16,6 +16,10 @@ struct PlanOp {
   // Row-local ops (layer norm, softmax over the last dim) and pointwise ops with operands
   // broadcast along rows need whole rows per tile: the row length; 0 for plain pointwise.
   int64_t row = 0;
+  // Pointwise over per-row values (every full-size operand has a last size of 1, as a
+  // keepdim reduction's result): may join a row group of numel * row elements, sliced by
+  // rows. `numel` is then the per-row count.
+  bool per_row = false;
   std::vector<int64_t> inputs;   // value ids; -1 for scalars and 0-dim operands
   std::vector<int64_t> outputs;  // value ids of fresh outputs
   std::vector<bool> alive;       // per output: still referenced after the segment

@@ -62,3 +62,27 @@ TEST(Planner, TileSizeFitsTheBudget) {
   EXPECT_LE(tile_elements(4, 4) * 4 * 4, 2 * 1024 * 1024);
   EXPECT_GE(tile_elements(1000, 8), 64);
 }
+
+TEST(Planner, PerRowOpsJoinOnlyGroupsWithKnownRows) {
+  // pow (full) -> mean (row 32: 8 per-row values) -> add, rsqrt (per row) -> mul (rows)
+  PlanOp mean = pw(256, {2}, {3}, false);
+  mean.row = 32;
+  PlanOp add = pw(8, {3, -1}, {4}, false), rsqrt = pw(8, {4}, {5}, false);
+  add.per_row = rsqrt.per_row = true;
+  PlanOp mul = pw(256, {1, 5}, {6});
+  mul.row = 32;
+  Program p = plan({pw(256, {1}, {2}, false), mean, add, rsqrt, mul}, 2);
+  ASSERT_EQ(p.steps.size(), 1u);
+  EXPECT_EQ(p.steps[0].count, 5u);
+  EXPECT_EQ(p.steps[0].row, 32);
+  EXPECT_TRUE(p.steps[0].scratch[2][0]);  // per-row intermediates stay in scratch too
+  // Before the rows are known, per-row ops do not join a full-size run.
+  Program q = plan({pw(256, {1}, {2}, false), add, rsqrt}, 2);
+  ASSERT_EQ(q.steps.size(), 2u);
+  EXPECT_EQ(q.steps[0].kind, Step::kExtern);
+  EXPECT_EQ(q.steps[1].count, 2u);  // add and rsqrt: a plain group of 8 elements
+  // A per-row op whose count does not divide into the group's rows ends the group.
+  PlanOp other = add;
+  other.numel = 7;
+  EXPECT_EQ(plan({pw(256, {1}, {2}, false), mean, other}, 2).steps.size(), 2u);
+}

@@ -311,3 +311,42 @@ def test_row_local_ops_join_tile_groups_bit_exact(adaptive, shape):
         assert torch.equal(program(*args).cpu(), expected)
     # layer norm, silu, add (x2), mul, add, softmax, mul, log_softmax, add: all tileable
     assert neuron_eager.counters()["ops_in_tile_groups"] - before >= 10
+
+
+# (5, 4096): tiles of whole 4096-element rows leave a last tile of one row unless sized
+# to avoid it (var of a single row takes another algorithm in ATen).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(64, 256), (37, 100), (4, 33, 48), (4, 64, 256), (5, 4096)])
+def test_last_dim_reductions_join_row_groups_bit_exact(adaptive, shape, dtype):
+    """Keepdim reductions over the last dim (sum, mean, amax, amin, var) and the ops on
+    their per-row results (the RMSNorm pattern pow -> mean -> add -> rsqrt -> mul) run in
+    tile groups of whole rows: bit-equal to CPU eager."""
+    torch.manual_seed(1)
+    x = torch.randn(*shape, dtype=dtype)
+    w = torch.randn(shape[-1], dtype=dtype)
+
+    def program(x, w):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w  # RMSNorm
+        s = y.sum(-1, keepdim=True)
+        lo, hi = y.amin(-1, keepdim=True), y.amax(-1, keepdim=True)
+        z = (y - s / shape[-1]) / (y.var(-1, keepdim=True) + 1e-5).sqrt()
+        return z * w + (hi - lo) * 0.5 + x
+
+    expected = program(x, w)
+    args = (x.to("neuron"), w.to("neuron"))
+    # No content cuts, so the 20 ops form one segment (a content cut may fall inside).
+    neuron_eager.set_policy({"rolling_bits": 0})
+    try:
+        for _ in range(6):
+            assert torch.equal(program(*args).cpu(), expected)
+    finally:
+        neuron_eager.set_policy("default")
+    neuron_eager.set_policy({"rolling_bits": 0})
+    # Steady state: all 20 ops (pow, mean, add, rsqrt, mul, mul, sum, amin, amax, div,
+    # sub, var, add, sqrt, div, mul, sub, mul, add, add) run in one row group.
+    before = neuron_eager.counters()["ops_in_tile_groups"]
+    try:
+        assert torch.equal(program(*args).cpu(), expected)
+    finally:
+        neuron_eager.set_policy("default")
+    assert neuron_eager.counters()["ops_in_tile_groups"] - before == 20
