@@ -145,6 +145,7 @@ void OpWork::clear() {
   output_groups.clear();
   output_is_list.clear();
   out_op.reset();
+  inplace_op.reset();
   out_refused = nullptr;
 }
 
@@ -218,6 +219,12 @@ SetThreads omp_setter() {
 
 void set_large_item_threads(int threads) { g_large_threads.store(std::max(1, threads)); }
 
+void set_item_threads_to(int threads) {
+  if (threads == t_threads) return;
+  if (auto f = omp_setter()) f(threads);
+  t_threads = threads;
+}
+
 void set_item_threads(int64_t /*elements*/) {
   // Every item uses CPU eager's thread count: BLAS, FFT and reductions split work by
   // thread count, so only the same count gives the same bits.
@@ -235,6 +242,21 @@ void OpWork::run() {
   for (const auto& m : output_metas) elements = std::max(elements, m.numel());
   set_item_threads(elements);
   torch::jit::Stack stack;
+  if (inplace_op && !slots.empty() && slots[0].kind == SlotKind::kTensorList &&
+      slots[0].count == output_metas.size()) {
+    const uint32_t first = slots[0].first;
+    for (uint32_t k = 0; k < slots[0].count; ++k)
+      cpu_alias(output_storages[k], output_metas[k]).copy_(source_tensor(inputs[first + k], record.tensors[first + k]));
+    push_arguments(
+        stack,
+        [&](uint32_t k) {
+          if (k >= first && k < first + slots[0].count) return cpu_alias(output_storages[k - first], output_metas[k - first]);
+          return source_tensor(inputs[k], record.tensors[k]);
+        },
+        [&](size_t i) -> const c10::IValue& { return values[i]; });
+    inplace_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    return;
+  }
   if (out_op) {
     build_stack(stack, /*with_outputs=*/true);
     try {
@@ -249,6 +271,31 @@ void OpWork::run() {
   build_stack(stack, /*with_outputs=*/false);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
   copy_results(stack);
+}
+
+void OpWork::run_element(uint32_t i, torch::jit::Stack& stack) const {
+  stack.clear();
+  const bool functional = inplace_op.has_value();
+  if (functional)
+    cpu_alias(output_storages[i], output_metas[i])
+        .copy_(source_tensor(inputs[slots[0].first + i], record.tensors[slots[0].first + i]));
+  for (size_t a = 0; a < slots.size(); ++a) {
+    const ArgSlot& slot = slots[a];
+    if (slot.kind == SlotKind::kTensorList) {
+      c10::List<at::Tensor> list;
+      const uint32_t k = slot.first + i;
+      list.push_back(functional && a == 0 ? cpu_alias(output_storages[i], output_metas[i])
+                                          : source_tensor(inputs[k], record.tensors[k]));
+      stack.emplace_back(std::move(list));
+    } else if (values[a].isList()) {
+      c10::impl::GenericList one(values[a].toList().elementType());
+      one.push_back(values[a].toListRef()[i]);
+      stack.emplace_back(std::move(one));
+    } else {
+      stack.push_back(values[a]);
+    }
+  }
+  (functional ? *inplace_op : op).redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
 }
 
 void OpWork::copy_results(const torch::jit::Stack& stack) const {

@@ -43,6 +43,10 @@ struct ArgSlot {
 // by size can return; a per-size split changed results and was dropped.)
 void set_item_threads(int64_t elements);
 void set_large_item_threads(int threads);
+// Exactly this many intra-op threads for the next kernels on this worker (for work whose
+// bits do not depend on the count, such as elementwise kernels); the next
+// set_item_threads() restores the usual count.
+void set_item_threads_to(int threads);
 
 class OpWork final : public WorkItem {
  public:
@@ -60,6 +64,9 @@ class OpWork final : public WorkItem {
 
   c10::OperatorHandle op;          // the op itself, run on CPU
   std::optional<c10::OperatorHandle> out_op;  // its out= variant, writing into our outputs
+  // A functional foreach op's in-place sibling: inputs of the first list are copied into
+  // the outputs, which it then updates (no temporaries, no copy back).
+  std::optional<c10::OperatorHandle> inplace_op;
   // Set when the out variant refused (it resized its outputs, say): the op then runs
   // functionally and later dispatches skip the out variant.
   std::atomic<bool>* out_refused = nullptr;
@@ -77,6 +84,11 @@ class OpWork final : public WorkItem {
 
   OpWork() : op(dummy_handle()) {}
   OpWork(const c10::OperatorHandle& handle) : op(handle) {}
+
+  // Foreach ops: runs the op on element i of every list (and of every per-tensor scalar
+  // list), in place on the device tensors (a functional op through inplace_op on its
+  // outputs). The per-tensor kernels are the ones the whole-list op runs.
+  void run_element(uint32_t i, torch::jit::Stack& stack) const;
 
   // Pushes the op's arguments (no out= arguments): plain values from value_of(i) for
   // argument i, tensors from tensor_of(k) for record.tensors[k], lists rebuilt. The one

@@ -120,6 +120,20 @@ void SegmentWork::run_group(const fusion::Step& step) {
   });
 }
 
+void SegmentWork::run_foreach(const fusion::Step& step) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  // Tensor by tensor: each tensor's data stays in cache across the group's ops. The
+  // kernels are elementwise (their bits do not depend on the thread count) and run on
+  // one thread: measured on the AdamW step (100 x 128x128, 2 cores), 2 threads per
+  // small kernel cost 21 ms per step, whole tensors split across 2 threads 16.4-16.9 ms,
+  // one thread 13.2-14.1 ms (the dispatching thread needs the other core).
+  set_item_threads_to(1);
+  torch::jit::Stack stack;
+  for (int64_t i = 0; i < step.list; ++i)
+    for (uint32_t k = step.first; k < step.first + step.count; ++k)
+      ops[k]->run_element(static_cast<uint32_t>(i), stack);
+}
+
 void SegmentWork::run() {
   const bool traced = seq != 0 && trace::recording();
   const uint64_t start = traced ? trace::Recorder::instance().now_ns() : 0;
@@ -129,6 +143,20 @@ void SegmentWork::run() {
     if (step.first >= ops.size() || !ops[step.first]) continue;  // queued before (or after) this item
     if (step.kind == fusion::Step::kExtern) {
       ops[step.first]->run();
+      continue;
+    }
+    if (step.kind == fusion::Step::kForeachGroup) {
+      try {
+        maybe_inject_failure();
+      } catch (const std::exception&) {
+        // Before anything ran: the ops run one by one (as whole-list ops).
+        if (failures) failures->fetch_add(1);
+        for (uint32_t k = step.first; k < step.first + step.count; ++k) ops[k]->run();
+        continue;
+      }
+      // A kernel error here is the op's own error (as per op, it surfaces at the next
+      // sync); rerunning would apply in-place updates twice.
+      run_foreach(step);
       continue;
     }
     NativeGroup* native = i < natives.size() ? natives[i].get() : nullptr;

@@ -37,6 +37,7 @@ class SegmentWork final : public WorkItem {
 
  private:
   void run_group(const fusion::Step& step);
+  void run_foreach(const fusion::Step& step);
 };
 
 }  // namespace neuron::backend

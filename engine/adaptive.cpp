@@ -264,10 +264,44 @@ fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::P
 
 }  // namespace
 
+// Foreach ops that may run tensor by tensor: in place, or functional with the in-place
+// sibling the worker runs on its outputs; every tensor argument a list of one length,
+// every value a number, None, or one number per tensor.
+fusion::PlanOp foreach_op(const backend::OpWork& work, const OpInfo& info, fusion::PlanOp p) {
+  const bool in_place = info.write_args.size() == 1 && info.write_args[0] == 0 && work.output_metas.empty();
+  if (!in_place && !work.inplace_op) return p;
+  int64_t n = -1;
+  for (size_t k = 0; k < work.slots.size(); ++k) {
+    const auto& slot = work.slots[k];
+    if (slot.kind == backend::SlotKind::kTensorList) {
+      if (n >= 0 && slot.count != n) return p;
+      n = slot.count;
+    } else if (slot.kind != backend::SlotKind::kValue) {
+      return p;
+    }
+  }
+  if (n < 2) return p;
+  for (size_t k = 0; k < work.slots.size(); ++k) {
+    if (work.slots[k].kind != backend::SlotKind::kValue) continue;
+    const c10::IValue& v = work.values[k];
+    if (v.isList() ? v.toListRef().size() != static_cast<size_t>(n) : !(v.isNone() || v.isDouble() || v.isInt() || v.isScalar()))
+      return p;
+  }
+  p.inputs.clear();
+  for (size_t k = 0; k < work.record.tensors.size(); ++k) {
+    const auto& m = work.record.tensors[k];
+    if (!m.defined || m.device < 0 || !work.inputs[k].storage) return p;  // host tensors
+    p.inputs.push_back(static_cast<int64_t>(m.storage));
+  }
+  p.list = n;
+  return p;
+}
+
 fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
   fusion::PlanOp p;
   for (const auto& m : work.record.tensors)
     p.inputs.push_back(m.defined && m.device >= 0 && m.ndim > 0 ? static_cast<int64_t>(m.storage) : -1);
+  if (info.foreach) return foreach_op(work, info, std::move(p));
   if (!work.out_op || !info.write_args.empty()) return p;
   for (size_t k = 0; k < work.slots.size(); ++k)
     if (work.slots[k].kind != backend::SlotKind::kValue &&
@@ -355,7 +389,7 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
   const fusion::Step& step = lead->program->steps[index];
   // A whole tile group, just completed, with nothing else held: launch it now unless it
   // keeps intermediates in scratch (whether they die is only known at the cut).
-  if (step.kind != fusion::Step::kTileGroup || position != step.first + step.count - 1 ||
+  if (step.kind == fusion::Step::kExtern || position != step.first + step.count - 1 ||
       state.released != step.first || state.window.size() != step.count)
     return;
   for (const auto& per_op : step.scratch)
@@ -445,7 +479,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     g_ops_fused_segments += segment.length;  // released ops ran as its program said
     g_ops_per_op -= released_extern;
     for (const auto& step : ready->program->steps)
-      if (step.kind == fusion::Step::kTileGroup && step.first >= released) g_ops_tile_groups += step.count;
+      if (step.kind != fusion::Step::kExtern && step.first >= released) g_ops_tile_groups += step.count;
     state.window.clear();
     if (state.holding) g_open_windows.fetch_sub(1);
     state.holding = false;

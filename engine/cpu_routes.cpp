@@ -101,7 +101,10 @@ void register_cpu_kernel_routes() {
     if (name.name.rfind("aten::", 0) != 0) continue;
     auto h = c10::Dispatcher::singleton().findOp(name);
     if (!h) continue;
-    if (!h->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    // Foreach ops have one composite kernel for CPU (a loop of per-tensor ops): on neuron
+    // they are one queued op for the whole list, not one per tensor.
+    const bool foreach = name.name.rfind("aten::_foreach_", 0) == 0;
+    if (!foreach && !h->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
     if (h->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
     if (!h->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
         !h->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))

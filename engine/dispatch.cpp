@@ -37,6 +37,12 @@ bool is_neuron(const at::Tensor& t) {
 
 // Values with tensors inside that the recorder does not take apart (tuples, generic
 // lists) cannot be queued: the op runs synchronously instead.
+bool all_numbers(const c10::IValue& v) {
+  for (const c10::IValue& e : v.toListRef())
+    if (!e.isInt() && !e.isDouble()) return false;
+  return true;
+}
+
 bool contains_tensor(const c10::IValue& v) {
   if (v.isTensor() || v.isTensorList()) return true;
   if (v.isList()) {
@@ -59,7 +65,7 @@ class Recorder {
   bool record(c10::ArrayRef<c10::IValue> args) {
     work_.record.reset(info_.id);
     for (size_t i = 0; i < args.size(); ++i) {
-      if (!add(args[i], info_.arg_is_opt_list[i])) return false;
+      if (!add(args[i], info_.arg_is_opt_list[i], info_.arg_is_liftable[i])) return false;
       // Scalar and float values never decide shapes: a fused program takes them as inputs.
       if (info_.arg_is_liftable[i] && (args[i].isDouble() || args[i].isInt()))
         work_.record.lift_last();
@@ -95,7 +101,7 @@ class Recorder {
     return true;
   }
 
-  bool add(const c10::IValue& v, bool optional_list) {
+  bool add(const c10::IValue& v, bool optional_list, bool liftable_list) {
     auto& r = work_.record;
     ArgSlot slot;
     c10::IValue value;  // None for tensor slots
@@ -149,6 +155,14 @@ class Recorder {
         std::unique_ptr<bool[]> flat(new bool[values.size()]);
         for (size_t k = 0; k < values.size(); ++k) flat[k] = values[k];
         r.add_bool_list(flat.get(), values.size());
+      } else if (v.isList() && all_numbers(v)) {
+        // Scalar[] (foreach ops' per-tensor scalars): values, lifted like single scalars.
+        std::vector<double> values;
+        for (const c10::IValue& e : v.toListRef()) values.push_back(e.isInt() ? static_cast<double>(e.toInt()) : e.toDouble());
+        r.add_double_list(values.data(), values.size());
+        if (liftable_list)
+          for (size_t k = values.size(); k > 0; --k)  // ascending, as the hash reads them
+            r.lifted.push_back(static_cast<uint32_t>(r.signature.size() - k));
       } else if (v.isString()) {
         r.add_string(v.toStringRef());
       } else if (v.isDevice()) {
@@ -179,6 +193,19 @@ class Recorder {
   OpWork& work_;
   c10::DeviceIndex device_ = -1;
 };
+
+// The outputs of a functional foreach op have the element types of its first list (so
+// the in-place sibling computes in the same types).
+bool same_dtypes_as_first_list(const OpWork& work) {
+  if (work.slots.empty() || work.slots[0].kind != SlotKind::kTensorList ||
+      work.slots[0].count != work.output_metas.size())
+    return false;
+  for (uint32_t k = 0; k < work.slots[0].count; ++k) {
+    const TensorMeta& in = work.record.tensors[work.slots[0].first + k];
+    if (!in.defined || in.dtype != work.output_metas[k].dtype) return false;
+  }
+  return true;
+}
 
 std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) { return OpWork::acquire(op); }
 
@@ -218,8 +245,18 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Output geometry: shape cache, else the Meta kernel.
   thread_local std::vector<TensorMeta> outs;
-  const uint64_t key = work->record.hash();
-  bool hit = work->record.hashable && shape_cache().lookup(work->record, key, outs);
+  // Foreach ops' scalars (an optimizer's per-step values) never decide shapes: their
+  // entries are keyed with the scalars read as zero, so every step hits.
+  thread_local trace::OpRecord masked;
+  const trace::OpRecord* shape_record = &work->record;
+  if (info.foreach && !work->record.lifted.empty()) {
+    masked.hashable = work->record.hashable;
+    masked.signature = work->record.signature;
+    for (uint32_t at : work->record.lifted) masked.signature[at] = 0;
+    shape_record = &masked;
+  }
+  const uint64_t key = shape_record->hash();
+  bool hit = shape_record->hashable && shape_cache().lookup(*shape_record, key, outs);
   if (hit) {
     bump(g_counters.shape_cache_hits);
   } else {
@@ -235,7 +272,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       return run_synchronously(op, info, stack);
     }
     match_cpu_shapes(info, args, outs, *work);
-    if (work->record.hashable) shape_cache().insert(work->record, key, outs);
+    if (shape_record->hashable) shape_cache().insert(*shape_record, key, outs);
   }
 
   // Written arguments take their new geometry (out= resizes).
@@ -307,6 +344,8 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   if (info.needs_work) {
+    if (info.foreach_inplace && all_outputs_defined && same_dtypes_as_first_list(*work))
+      work->inplace_op = info.foreach_inplace;
     if (info.out_variant && all_outputs_defined &&
         !info.out_refused.load(std::memory_order_relaxed)) {
       work->out_op = info.out_variant;

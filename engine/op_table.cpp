@@ -72,6 +72,24 @@ const std::unordered_map<std::string, std::vector<std::string>>& overloads() {
   return *table;
 }
 
+// aten::_foreach_X.o(Tensor[] self, ...) -> Tensor[] pairs with aten::_foreach_X_.o(
+// Tensor(a!)[] self, ...) -> (): same arguments, the first one written.
+std::optional<c10::OperatorHandle> find_foreach_inplace(const c10::FunctionSchema& s,
+                                                        const OpInfo& info) {
+  if (!info.write_args.empty() || s.returns().size() != 1 || !is_tensor_list_type(s.returns()[0].type()) ||
+      s.arguments().empty() || !is_tensor_list_type(s.arguments()[0].type()))
+    return std::nullopt;
+  auto handle = c10::Dispatcher::singleton().findSchema({s.name() + "_", s.overload_name()});
+  if (!handle) return std::nullopt;
+  const auto& o = handle->schema();
+  if (!o.returns().empty() || o.arguments().size() != s.arguments().size()) return std::nullopt;
+  for (size_t i = 0; i < o.arguments().size(); ++i)
+    if (*o.arguments()[i].type() != *s.arguments()[i].type()) return std::nullopt;
+  const c10::AliasInfo* a = o.arguments()[0].alias_info();
+  if (a == nullptr || !a->isWrite()) return std::nullopt;
+  return handle;
+}
+
 std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s,
                                                     const OpInfo& info) {
   if (s.returns().empty() || !info.write_args.empty()) return std::nullopt;
@@ -106,6 +124,7 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
   info->name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
   info->id = trace::OpRegistry::instance().intern(info->name);
   const auto& args = s.arguments();
+  info->foreach = info->name.rfind("aten::_foreach_", 0) == 0;
   info->arg_is_out.resize(args.size());
   info->arg_is_opt_list.resize(args.size());
   info->arg_is_liftable.resize(args.size());
@@ -115,7 +134,12 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
     info->arg_is_out[i] = args[i].is_out();
     info->arg_is_opt_list[i] = is_optional_tensor_list_type(args[i].type());
     const auto kind = args[i].type()->kind();
-    info->arg_is_liftable[i] = kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType;
+    // Scalar, float and Scalar[] values (foreach ops' per-tensor scalars) never decide shapes.
+    const bool scalar_list = kind == c10::TypeKind::ListType &&
+                             args[i].type()->castRaw<c10::ListType>()->getElementType()->kind() ==
+                                 c10::TypeKind::NumberType;
+    info->arg_is_liftable[i] = kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType ||
+                               scalar_list;
   }
   bool all_views = !s.returns().empty();
   for (const auto& r : s.returns()) {
@@ -146,7 +170,9 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
     info->synchronous = true;
     info->synchronous_reason = "its Meta kernel's output shapes differ from the CPU kernel's";
   }
-  if (!out_variant_denylist().count(s.name())) info->out_variant = find_out_variant(s, *info);
+  if (info->foreach) info->foreach_inplace = find_foreach_inplace(s, *info);
+  if (!out_variant_denylist().count(s.name()) && !info->foreach_inplace)
+    info->out_variant = find_out_variant(s, *info);
   return info;
 }
 

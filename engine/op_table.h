@@ -27,8 +27,12 @@ struct OpInfo {
   std::vector<bool> arg_is_out;         // per argument: a kwarg-only out= tensor
   std::vector<bool> arg_is_opt_list;    // per argument: Tensor?[]
   std::vector<bool> arg_is_liftable;    // per argument: a Scalar or float value
+  bool foreach = false;                 // aten::_foreach_*: scalar values never decide shapes
   bool needs_work = true;               // false for pure views: nothing to execute
   std::optional<c10::OperatorHandle> out_variant;
+  // Functional foreach ops: the in-place sibling (_foreach_sqrt -> _foreach_sqrt_), run on
+  // the outputs after copying the inputs there (their out= kernels allocate and copy).
+  std::optional<c10::OperatorHandle> foreach_inplace;
   std::atomic<bool> out_refused{false};  // the worker saw the out variant fail
   // Ops that must run at once on the caller's thread, with the reason.
   std::atomic<bool> synchronous{false};

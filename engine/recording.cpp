@@ -312,6 +312,8 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
   thread_local std::vector<uint32_t> links;
   {
     std::lock_guard lock(ss.mutex);
+    // A repeat of the open segment's start (a loop iteration): close it before this op.
+    if (ss.segmenter.cut_before(op)) flush_locked(ss, trace::CutReason::kContent, core, stream);
     if (recording) {
       ReplayRecordState& r = replay_state(core, stream);
       r.last_seq = op.seq;

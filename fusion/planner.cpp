@@ -22,6 +22,44 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
 
   uint32_t i = 0;
   while (i < ops.size()) {
+    if (ops[i].list >= 2) {
+      // Foreach ops over lists of one length, while each storage stays with one index.
+      const int64_t n = ops[i].list;
+      std::unordered_map<int64_t, int64_t> index_of;  // value -> list index
+      auto fits = [&](const PlanOp& o) {
+        std::vector<std::pair<int64_t, int64_t>> seen;
+        auto check = [&](int64_t v, int64_t idx) {
+          if (v < 0) return true;
+          auto it = index_of.find(v);
+          if (it != index_of.end()) return it->second == idx;
+          for (const auto& [sv, si] : seen)
+            if (sv == v && si != idx) return false;
+          seen.emplace_back(v, idx);
+          return true;
+        };
+        if (o.list != n || o.inputs.size() % static_cast<size_t>(n) != 0) return false;
+        for (size_t k = 0; k < o.inputs.size(); ++k)
+          if (!check(o.inputs[k], static_cast<int64_t>(k) % n)) return false;
+        for (size_t k = 0; k < o.outputs.size(); ++k)
+          if (!check(o.outputs[k], static_cast<int64_t>(k) % n)) return false;
+        for (const auto& [sv, si] : seen) index_of[sv] = si;
+        return true;
+      };
+      uint32_t j = i;
+      while (j < ops.size() && fits(ops[j])) ++j;
+      if (j - i >= std::max<uint32_t>(min_group, 2)) {
+        Step group{Step::kForeachGroup, i, j - i, {}, 0, 0, n};
+        for (uint32_t k = i; k < j; ++k) group.scratch.emplace_back(ops[k].outputs.size(), false);
+        program.fused_ops += j - i;
+        program.steps.push_back(std::move(group));
+        i = j;
+        continue;
+      }
+      if (j == i) j = i + 1;
+      for (uint32_t k = i; k < j; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0, 0, 0});
+      i = j;
+      continue;
+    }
     uint32_t j = i;
     // A run: same element count, and one row length among the ops that need rows.
     int64_t row = 0;
@@ -38,11 +76,11 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
     if (run == 0 || run < std::max<uint32_t>(min_group, 2)) {
       // Not worth a group: per op (a pointwise run shorter than the minimum, or extern).
       const uint32_t n = std::max<uint32_t>(run, 1);
-      for (uint32_t k = i; k < i + n; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0, 0});
+      for (uint32_t k = i; k < i + n; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0, 0, 0});
       i += n;
       continue;
     }
-    Step group{Step::kTileGroup, i, run, {}, ops[i].numel, row};
+    Step group{Step::kTileGroup, i, run, {}, ops[i].numel, row, 0};
     for (uint32_t k = i; k < j; ++k) {
       std::vector<bool> scratch;
       for (size_t o = 0; o < ops[k].outputs.size(); ++o) {

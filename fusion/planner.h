@@ -20,13 +20,18 @@ struct PlanOp {
   // keepdim reduction's result): may join a row group of numel * row elements, sliced by
   // rows. `numel` is then the per-row count.
   bool per_row = false;
+  // Foreach ops (in place, or functional with an in-place sibling): every tensor argument
+  // is a list of this many tensors, inputs list by list (element i of each list at
+  // positions i, n + i, ...). Consecutive foreach ops over lists whose element i touches
+  // only element i's tensors run tensor by tensor: all ops on tensor 0, then tensor 1...
+  int64_t list = 0;
   std::vector<int64_t> inputs;   // value ids; -1 for scalars and 0-dim operands
   std::vector<int64_t> outputs;  // value ids of fresh outputs
   std::vector<bool> alive;       // per output: still referenced after the segment
 };
 
 struct Step {
-  enum Kind : uint8_t { kExtern, kTileGroup } kind = kExtern;
+  enum Kind : uint8_t { kExtern, kTileGroup, kForeachGroup } kind = kExtern;
   uint32_t first = 0;  // ops [first, first + count)
   uint32_t count = 1;
   // Tile groups: per op, per output: true when only a tile-sized scratch buffer is needed
@@ -34,11 +39,12 @@ struct Step {
   std::vector<std::vector<bool>> scratch;
   int64_t numel = 0;
   int64_t row = 0;  // tiles are whole rows of this length (0: any multiple of 64 elements)
+  int64_t list = 0;  // foreach groups: tensors per list
 };
 
 struct Program {
   std::vector<Step> steps;
-  uint32_t fused_ops = 0;        // ops inside tile groups
+  uint32_t fused_ops = 0;        // ops inside tile and foreach groups
   uint32_t scratch_values = 0;   // intermediates never written to device memory
 };
 

@@ -192,12 +192,18 @@ ReplayTrace prepare_replay(const Event* ev, size_t n) {
       if (after != v.begin() && e->time_ns < std::prev(after)->second) nested[index(e->seq)] = 1;
     }
   }
+  // A segment may run as several work items (groups launched before the cut, then the
+  // rest): every SegmentExecute whose first op lies in it counts.
   for (const Event* e : executes) {
-    auto it = segment_of_first_seq.find(e->seq);
-    if (it == segment_of_first_seq.end() || t.segments[it->second].key != e->value) continue;
-    RecordedSegment& s = t.segments[it->second];
+    const uint32_t i = index(e->seq);
+    if (i == kNone || t.recorded[i] == kNone) continue;
+    RecordedSegment& s = t.segments[t.recorded[i]];
+    if (s.key != e->value) continue;
     s.fused = true;
-    s.fused_ns = static_cast<double>(e->duration_ns);
+    s.fused_ns += static_cast<double>(e->duration_ns);
+  }
+  for (RecordedSegment& s : t.segments) {
+    if (!s.fused) continue;
     const auto& list = stream_ops[s.stream];
     for (uint32_t k = 0; k < s.length; ++k) {
       const uint32_t i = list[position[s.first] + k];
@@ -485,6 +491,7 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     op.outputs.clear();
     for (uint32_t s = t.slot_begin[i]; s < t.slot_begin[i + 1]; ++s)
       (t.slot_output[s] ? op.outputs : op.inputs).push_back(t.slot_class[s]);
+    if (st.segmenter.cut_before(op) && !st.open.empty()) close(st, trace::CutReason::kContent, st.open.back());
     st.open.push_back(static_cast<uint32_t>(i));
     if (auto reason = st.segmenter.add(op)) close(st, *reason, static_cast<uint32_t>(i));
     if (t.forced_after[i] && !st.open.empty())

@@ -70,11 +70,20 @@ bool Segmenter::content_cut(const SegmentOp& op) {
   return (h & policy_.rolling_mask) == 0;
 }
 
+bool Segmenter::cut_before(const SegmentOp& op) const {
+  return policy_.use_rolling_cut && !before_start_.empty() &&
+         before_start_.size() == policy_.rolling_window &&
+         ops_.size() >= std::max<size_t>({2 * size_t{policy_.rolling_window}, 2, policy_.max_length / 2}) &&
+         op.signature == ops_.front().signature && recent_ == before_start_;
+}
+
 std::optional<CutReason> Segmenter::add(const SegmentOp& op) {
   if (op.barrier) {
     recent_.clear();
+    before_start_.clear();
     return CutReason::kBarrier;
   }
+  if (ops_.empty()) before_start_ = recent_;
   ops_.push_back(op);
   recent_.push_back(op.signature);
   if (recent_.size() > policy_.rolling_window) recent_.erase(recent_.begin());
@@ -84,6 +93,8 @@ std::optional<CutReason> Segmenter::add(const SegmentOp& op) {
 }
 
 void Segmenter::push(const SegmentOp& op, std::vector<Segment>& closed) {
+  if (cut_before(op))
+    if (auto s = flush(CutReason::kContent)) closed.push_back(std::move(*s));
   if (auto reason = add(op))
     if (auto s = flush(*reason)) closed.push_back(std::move(*s));
 }

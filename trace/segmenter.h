@@ -44,6 +44,13 @@ class Segmenter {
   // Adds one op; returns the reason to cut now, if any (the caller then calls flush,
   // with liveness). A barrier op is not added: the open segment must close before it.
   std::optional<CutReason> add(const SegmentOp& op);
+  // Content cut before op (the caller closes the open segment, then adds op): op and the
+  // rolling_window ops before it repeat the open segment's first op and the ops before
+  // that, so a loop whose body the rolling hash never cuts still yields one segment per
+  // iteration, in phase. Only for long segments (at least half the maximum length and
+  // twice the rolling window: shorter ones end by content anyway, and cutting them at
+  // repeated layers fused less of a small Llama step); on with rolling cuts.
+  bool cut_before(const SegmentOp& op) const;
   // add() then flush() without liveness information.
   void push(const SegmentOp& op, std::vector<Segment>& closed);
   // Closes the open segment (sync, stream change, end). alive marks, per output of the
@@ -64,6 +71,7 @@ class Segmenter {
   SegmentPolicy policy_;
   std::vector<SegmentOp> ops_;
   std::vector<uint64_t> recent_;  // signatures of the last rolling_window ops (any segment)
+  std::vector<uint64_t> before_start_;  // recent_ when the open segment started
 };
 
 // Canonical words and key of a sequence of ops (exposed for tests and replay).

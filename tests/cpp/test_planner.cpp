@@ -86,3 +86,35 @@ TEST(Planner, PerRowOpsJoinOnlyGroupsWithKnownRows) {
   other.numel = 7;
   EXPECT_EQ(plan({pw(256, {1}, {2}, false), mean, other}, 2).steps.size(), 2u);
 }
+
+namespace {
+PlanOp each(int64_t n, std::vector<int64_t> in, std::vector<int64_t> out = {}) {
+  PlanOp op;
+  op.list = n;
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  op.alive.assign(op.outputs.size(), true);
+  return op;
+}
+}  // namespace
+
+TEST(Planner, ForeachOpsOverDisjointElementsRunTensorByTensor) {
+  // mul_(p), lerp_(m, g), sqrt(v) -> s, addcdiv_(p, m, s): element i touches only p_i,
+  // m_i, g_i, v_i, s_i.
+  std::vector<PlanOp> ops = {each(2, {1, 2}), each(2, {3, 4, 5, 6}), each(2, {7, 8}, {9, 10}),
+                             each(2, {1, 2, 3, 4, 9, 10})};
+  Program p = plan(ops, 2);
+  ASSERT_EQ(p.steps.size(), 1u);
+  EXPECT_EQ(p.steps[0].kind, Step::kForeachGroup);
+  EXPECT_EQ(p.steps[0].count, 4u);
+  EXPECT_EQ(p.steps[0].list, 2);
+  EXPECT_EQ(p.fused_ops, 4u);
+  // A tensor at index 0 in one op and index 1 in the next: running tensor by tensor would
+  // reorder a write and a read of it, so the group ends before that op.
+  Program q = plan({each(2, {1, 2}), each(2, {3, 4}), each(2, {2, 1})}, 2);
+  ASSERT_EQ(q.steps.size(), 2u);
+  EXPECT_EQ(q.steps[0].count, 2u);
+  EXPECT_EQ(q.steps[1].kind, Step::kExtern);
+  // Lists of other lengths, or one op alone, stay per op.
+  EXPECT_EQ(plan({each(2, {1, 2}), each(3, {3, 4, 5})}, 2).fused_ops, 0u);
+}

@@ -134,3 +134,32 @@ TEST(TraceCache, CountsHitsTurnsHotAndCatchesForcedCollisions) {
   auto s = cache.stats();
   EXPECT_EQ(s.transitions[0][1], 1u);  // cold -> hot once
 }
+
+TEST(Segmenter, LongLoopsWithoutContentCutsAreCutOncePerPeriodInPhase) {
+  // A 5-op body the rolling hash never cuts (a mask no hash meets in practice): after the
+  // first max-length cut, segments end where the body repeats, all with one key.
+  SegmentPolicy policy;
+  policy.max_length = 16;
+  policy.rolling_mask = ~uint64_t{0};
+  Loop loop;
+  loop.signatures = {31, 32, 33, 34, 35};
+  Segmenter seg(policy);
+  std::vector<Segment> closed;
+  for (int it = 0; it < 12; ++it)
+    for (auto& op : loop.iteration()) seg.push(op, closed);
+  ASSERT_GE(closed.size(), 4u);
+  EXPECT_EQ(closed[0].length, 16u);
+  EXPECT_EQ(closed[0].reason, CutReason::kMaxLength);
+  for (size_t i = 1; i < closed.size(); ++i) {
+    EXPECT_EQ(closed[i].length, 10u) << i;  // two bodies: the first repeat at >= 8 ops
+    EXPECT_EQ(closed[i].reason, CutReason::kContent) << i;
+    EXPECT_EQ(closed[i].key, closed[1].key) << i;
+  }
+  // Without rolling cuts there are no period cuts either.
+  policy.use_rolling_cut = false;
+  Segmenter plain(policy);
+  std::vector<Segment> fixed;
+  for (int it = 0; it < 12; ++it)
+    for (auto& op : loop.iteration()) plain.push(op, fixed);
+  for (const auto& s : fixed) EXPECT_EQ(s.reason, CutReason::kMaxLength);
+}

@@ -278,9 +278,12 @@ def test_small_llama_training_adaptive_matches_eager():
     assert r["params_equal"], "parameters after training differ from eager"
     share = c["ops_in_fused_segments"] / max(1, c["ops_in_fused_segments"] + c["ops_per_op"])
     print(f"small Llama steady state: {share:.1%} of ops inside fused segments")
-    # Measured 90.1-91.5% over runs; what stays per op is mostly one-op segments between
-    # back-to-back matmuls (cut after each). The bound leaves room for run-to-run spread.
-    assert share >= 0.85, c
+    # Measured 59-63% over runs, ~95 ops per step per op: mostly one-op segments between
+    # back-to-back matmuls (cut after each). (Until AdamW's foreach ops were queued as one
+    # op per list, its ~170 per-tensor ops per step were all fused and the share read
+    # 90%; the ops left per op were the same.) The bounds leave room for run-to-run spread.
+    assert share >= 0.5, c
+    assert c["ops_per_op"] <= 6 * 110, c  # 6 steps counted
 
 
 # (4, 64, 256): as many rows as columns, so a [C] operand has as many elements as a
@@ -350,3 +353,51 @@ def test_last_dim_reductions_join_row_groups_bit_exact(adaptive, shape, dtype):
     finally:
         neuron_eager.set_policy("default")
     assert neuron_eager.counters()["ops_in_tile_groups"] - before == 20
+
+
+def test_foreach_adamw_runs_tensor_by_tensor_bit_exact(adaptive):
+    """AdamW's foreach ops (one queued op per list on neuron) form foreach groups: each
+    parameter's update runs all of the step's ops while its tensors are in cache. The
+    parameters equal CPU's foreach AdamW bit for bit."""
+    shapes = [(33, 7), (64,), (5, 5, 5), (128, 3), (1,), (40, 40)]
+
+    def train(device):
+        torch.manual_seed(3)
+        params = [nn.Parameter(torch.randn(s).to(device)) for s in shapes]
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True)
+        g = torch.Generator().manual_seed(4)
+        grads = [[torch.randn(s, generator=g).to(device) for s in shapes] for _ in range(3)]
+        for step in range(10):
+            for p, gr in zip(params, grads[step % 3]):
+                p.grad = gr
+            opt.step()
+            if device != "cpu":
+                torch.neuron.synchronize()  # one segment per step
+        return [p.detach().cpu() for p in params]
+
+    expected = train("cpu")
+    before = neuron_eager.counters()
+    got = train("neuron")
+    c = neuron_eager.counters()
+    for a, b in zip(got, expected):
+        assert torch.equal(a.view(-1).view(torch.int32), b.view(-1).view(torch.int32))
+    # 8 foreach ops per step; steady steps run them as one foreach group.
+    assert c["ops_in_tile_groups"] - before["ops_in_tile_groups"] >= 8 * 5, c
+
+
+def test_foreach_lists_sharing_tensors_across_positions_stay_correct(adaptive):
+    """A tensor at position 0 of one list and position 1 of another: running tensor by
+    tensor would reorder its write and read, so such ops are not grouped."""
+    def run(device):
+        torch.manual_seed(5)
+        a, b, c = (torch.randn(16).to(device) for _ in range(3))
+        for _ in range(8):
+            torch._foreach_mul_([a, b], 0.5)
+            torch._foreach_add_([b, c], [a, b])   # b reads a, c reads b
+            torch._foreach_addcmul_([a, c], [b, b], [c, a], value=0.25)
+            if device != "cpu":
+                torch.neuron.synchronize()
+        return [t.cpu() for t in (a, b, c)]
+
+    for x, y in zip(run("neuron"), run("cpu")):
+        assert torch.equal(x, y)
