@@ -1,0 +1,211 @@
+// Which ops may join fused groups, and how: the planner's view of one recorded op
+// (pointwise ops over one shape, row-local ops and reductions over the last dim with the
+// ops on their per-row results, foreach ops that may run tensor by tensor).
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/op_work.h"
+#include "engine/engine.h"
+#include "engine/recording.h"
+#include "engine/stream_state.h"
+
+namespace neuron::engine {
+namespace {
+
+// Pointwise ops whose out= kernels may run on tiles of contiguous same-shape operands.
+const std::unordered_set<std::string>& builtin_pointwise() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
+      "aten::div.Tensor_mode", "aten::add.Scalar", "aten::mul.Scalar", "aten::neg",
+      "aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::gelu", "aten::silu",
+      "aten::abs", "aten::sqrt", "aten::rsqrt", "aten::reciprocal", "aten::sin", "aten::cos",
+      "aten::erf", "aten::log1p", "aten::expm1", "aten::pow.Tensor_Scalar",
+      "aten::pow.Tensor_Tensor", "aten::maximum", "aten::minimum", "aten::where.self",
+      "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::addcmul", "aten::addcdiv",
+      "aten::lerp.Scalar", "aten::lerp.Tensor", "aten::eq.Tensor", "aten::ne.Tensor",
+      "aten::lt.Tensor", "aten::le.Tensor", "aten::gt.Tensor", "aten::ge.Tensor",
+      "aten::eq.Scalar", "aten::ne.Scalar", "aten::lt.Scalar", "aten::le.Scalar",
+      "aten::gt.Scalar", "aten::ge.Scalar", "aten::threshold_backward", "aten::gelu_backward",
+      "aten::sigmoid_backward", "aten::tanh_backward", "aten::silu_backward",
+      "aten::leaky_relu", "aten::hardtanh", "aten::softplus", "aten::sign",
+      "aten::logical_and", "aten::logical_or", "aten::logical_not", "aten::rsub.Tensor",
+      "aten::rsub.Scalar", "aten::_to_copy"};
+  return ops;
+}
+
+bool is_contiguous(const trace::TensorMeta& m) {
+  int64_t expected = 1;
+  for (int i = m.ndim - 1; i >= 0; --i) {
+    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
+    expected *= m.sizes[i];
+  }
+  return true;
+}
+
+bool same_sizes(const trace::TensorMeta& a, const trace::TensorMeta& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i)
+    if (a.sizes[i] != b.sizes[i]) return false;
+  return true;
+}
+
+
+bool plain(const trace::TensorMeta& m) {
+  return m.device >= 0 && is_contiguous(m) && m.flags == 0 && m.storage_offset == 0;
+}
+
+// Operand broadcast along rows of out: shape (1, ..., 1, C) or (C), C = out's last size.
+bool row_broadcast(const trace::TensorMeta& m, const trace::TensorMeta& out) {
+  if (out.ndim < 2 || m.ndim > out.ndim || !plain(m)) return false;
+  const int64_t c = out.sizes[out.ndim - 1];
+  if (m.sizes[m.ndim - 1] != c || c <= 1) return false;
+  for (int i = 0; i + 1 < m.ndim; ++i)
+    if (m.sizes[i] != 1) return false;
+  return true;
+}
+
+// Reductions that may join row groups: the index of their dim-list argument, else 0.
+size_t reduction_dims_arg(const std::string& name) {
+  static const std::unordered_map<std::string, size_t> ops = {
+      {"aten::sum.dim_IntList", 1}, {"aten::mean.dim", 1}, {"aten::amax", 1},
+      {"aten::amin", 1}, {"aten::var.correction", 1}};
+  auto it = ops.find(name);
+  return it == ops.end() ? 0 : it->second;
+}
+
+// Operand with one value per row of out: out's sizes with a last size of 1.
+bool per_row_operand(const trace::TensorMeta& m, const trace::TensorMeta& out) {
+  if (out.ndim < 2 || m.ndim != out.ndim || !plain(m)) return false;
+  if (m.sizes[m.ndim - 1] != 1 || out.sizes[out.ndim - 1] <= 1) return false;
+  for (int i = 0; i + 1 < m.ndim; ++i)
+    if (m.sizes[i] != out.sizes[i]) return false;
+  return true;
+}
+
+// Ops that are independent per row of their last dim: they may join a tile group whose
+// tiles are whole rows. (ATen computes each row on its own, so a tile gives the bits the
+// whole tensor gives.)
+fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::PlanOp p) {
+  const auto& in = work.record.tensors.empty() ? trace::TensorMeta{} : work.record.tensors[0];
+  if (!in.defined || in.ndim < 2 || !plain(in)) return p;
+  const int64_t c = in.sizes[in.ndim - 1];
+  const int64_t n = in.numel();
+  if (c <= 0 || n <= 0) return p;
+  for (const auto& m : work.output_metas) {
+    if (!m.defined || !is_contiguous(m)) return p;
+    // out, or per-row stats (last size 1)
+    if (m.numel() != n && !(m.numel() * c == n && m.sizes[m.ndim - 1] == 1)) return p;
+  }
+  if (reduction_dims_arg(info.name) > 0) {
+    // A reduction over the last dim with keepdim (its per-row result has a last size of
+    // 1), no dtype change: each row reduces on its own (rows are split across threads,
+    // never a row), so a tile of whole rows gives the bits the whole tensor gives.
+    const size_t d = reduction_dims_arg(info.name);
+    if (c < 2 || n / c < 2 || work.output_metas.size() != 1) return p;
+    const auto& out = work.output_metas[0];
+    if (out.ndim != in.ndim || out.sizes[out.ndim - 1] != 1 || out.dtype != in.dtype) return p;
+    if (work.slots.size() <= d + 1 || !work.values[d].isIntList()) return p;
+    const auto dims = work.values[d].toIntList();
+    if (dims.size() != 1 || (dims.get(0) != -1 && dims.get(0) != in.ndim - 1)) return p;
+    const size_t keepdim = info.name == "aten::var.correction" ? d + 2 : d + 1;
+    if (keepdim >= work.values.size() || !work.values[keepdim].isBool() || !work.values[keepdim].toBool())
+      return p;
+    for (size_t k = keepdim + 1; k < work.values.size(); ++k)
+      if (work.slots[k].kind == backend::SlotKind::kValue && !work.values[k].isNone()) return p;  // dtype=
+  } else if (info.name == "aten::native_layer_norm") {
+    // normalized_shape = [C]; weight and bias [C] or absent.
+    if (work.slots.size() < 5 || work.slots[1].kind != backend::SlotKind::kValue) return p;
+    const c10::IValue& shape = work.values[1];
+    if (!shape.isIntList() || shape.toIntList().size() != 1 || shape.toIntList().get(0) != c) return p;
+    for (size_t k = 1; k < work.record.tensors.size(); ++k) {
+      const auto& m = work.record.tensors[k];
+      if (m.defined && (!plain(m) || m.numel() != c)) return p;
+    }
+  } else {
+    // _softmax / _log_softmax(self, dim, half_to_float) over the last dim.
+    if (work.slots.size() < 2 || !work.values[1].isInt()) return p;
+    const int64_t dim = work.values[1].toInt();
+    if (dim != -1 && dim != in.ndim - 1) return p;
+    if (work.output_metas.size() != 1 || work.output_metas[0].numel() != n) return p;
+  }
+  p.pointwise = true;
+  p.numel = n;
+  p.row = c;
+  return p;
+}
+
+// Foreach ops that may run tensor by tensor: in place, or functional with the in-place
+// sibling the worker runs on its outputs; every tensor argument a list of one length,
+// every value a number, None, or one number per tensor.
+fusion::PlanOp foreach_op(const backend::OpWork& work, const OpInfo& info, fusion::PlanOp p) {
+  const bool in_place = info.write_args.size() == 1 && info.write_args[0] == 0 && work.output_metas.empty();
+  if (!in_place && !work.inplace_op) return p;
+  int64_t n = -1;
+  for (size_t k = 0; k < work.slots.size(); ++k) {
+    const auto& slot = work.slots[k];
+    if (slot.kind == backend::SlotKind::kTensorList) {
+      if (n >= 0 && slot.count != n) return p;
+      n = slot.count;
+    } else if (slot.kind != backend::SlotKind::kValue) {
+      return p;
+    }
+  }
+  if (n < 2) return p;
+  for (size_t k = 0; k < work.slots.size(); ++k) {
+    if (work.slots[k].kind != backend::SlotKind::kValue) continue;
+    const c10::IValue& v = work.values[k];
+    if (v.isList() ? v.toListRef().size() != static_cast<size_t>(n) : !(v.isNone() || v.isDouble() || v.isInt() || v.isScalar()))
+      return p;
+  }
+  p.inputs.clear();
+  for (size_t k = 0; k < work.record.tensors.size(); ++k) {
+    const auto& m = work.record.tensors[k];
+    if (!m.defined || m.device < 0 || !work.inputs[k].storage) return p;  // host tensors
+    p.inputs.push_back(static_cast<int64_t>(m.storage));
+  }
+  p.list = n;
+  return p;
+}
+
+}  // namespace
+
+fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
+  fusion::PlanOp p;
+  for (const auto& m : work.record.tensors)
+    p.inputs.push_back(m.defined && m.device >= 0 && m.ndim > 0 ? static_cast<int64_t>(m.storage) : -1);
+  if (info.foreach) return foreach_op(work, info, std::move(p));
+  if (!work.out_op || !info.write_args.empty()) return p;
+  for (size_t k = 0; k < work.slots.size(); ++k)
+    if (work.slots[k].kind != backend::SlotKind::kValue &&
+        work.slots[k].kind != backend::SlotKind::kTensor)
+      return p;
+  const auto& policy_ops = active_policy().fusible_ops;
+  if (!policy_ops.empty() && std::find(policy_ops.begin(), policy_ops.end(), info.name) == policy_ops.end())
+    return p;
+  if (info.name == "aten::native_layer_norm" || info.name == "aten::_softmax" ||
+      info.name == "aten::_log_softmax" || reduction_dims_arg(info.name) > 0)
+    return row_op(work, info, std::move(p));
+  if (work.output_metas.size() != 1) return p;
+  const auto& out = work.output_metas[0];
+  if (!out.defined || !is_contiguous(out)) return p;
+  if (policy_ops.empty() && builtin_pointwise().count(info.name) == 0) return p;
+  int64_t row = 0;
+  for (size_t k = 0; k < work.record.tensors.size(); ++k) {
+    const auto& m = work.record.tensors[k];
+    if (!m.defined || m.ndim == 0) continue;  // scalars broadcast by the kernel itself
+    if (same_sizes(m, out) && plain(m)) continue;
+    // A bias or scale along rows, or one value per row (a norm's statistics): whole rows.
+    if (!row_broadcast(m, out) && !per_row_operand(m, out)) return p;
+    row = out.sizes[out.ndim - 1];
+  }
+  p.pointwise = true;
+  p.numel = out.numel();
+  p.row = row;
+  // Over per-row values only: may run on row slices inside a row group.
+  p.per_row = row == 0 && out.ndim >= 2 && out.sizes[out.ndim - 1] == 1;
+  return p;
+}
+
+}  // namespace neuron::engine
