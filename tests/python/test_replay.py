@@ -50,7 +50,11 @@ def record(path, policy, steps):
 def traces(tmp_path_factory):
     folder = tmp_path_factory.mktemp("replay")
     small = folder / "small.policy"
-    small.write_text("base = default\nname = small\nmax_segment_length = 6\nrolling_bits = 2\n"
+    # Content cuts rare enough (1 in 2^5 windows) that segments reach the maximum length:
+    # with rolling_bits = 2 nearly all of them ended at a content cut, and whether one
+    # reached 6 ops depended on the op stream, which autograd varies (it accumulates a
+    # gradient in place only when nothing else, queued work included, holds it).
+    small.write_text("base = default\nname = small\nmax_segment_length = 6\nrolling_bits = 5\n"
                      "hot_threshold = 2\n")
     out = {}
     for name, policy, steps in [("default", "default", 12), ("aggressive", "aggressive", 8),
