@@ -39,6 +39,11 @@ class DeviceMemory {
   // capacity even after the cache is released (the caller may sync and retry).
   void* allocate(size_t bytes);
   void free(void* ptr);
+  // Stream-ordered free, in two halves: retire() ends the block's life as a tensor
+  // (allocated stats drop) while queued work may still use it; recycle() makes it
+  // reusable once that work ran. Retired blocks count as reserved.
+  void retire(void* ptr);
+  void recycle(void* ptr);
   // Releases cached blocks to the host.
   void empty_cache();
   void note_oom();

@@ -46,8 +46,8 @@ void tier2_note(uint64_t key, const std::string& what) {
   emit_event(trace::EventKind::kFallback, key, 0, 0, "tier 2: " + what);
 }
 
-char* data_of(const c10::Storage& storage, const trace::TensorMeta& m) {
-  return static_cast<char*>(const_cast<void*>(storage.data())) +
+char* data_of(const DeviceBuffer& storage, const trace::TensorMeta& m) {
+  return static_cast<char*>(storage.data) +
          m.storage_offset * static_cast<int64_t>(c10::elementSize(static_cast<c10::ScalarType>(m.dtype)));
 }
 
@@ -170,7 +170,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
       kop.store = static_cast<int32_t>(binding.pointers.size());
       binding.pointers.push_back({k, true, 0});
     }
-    produced[reinterpret_cast<uint64_t>(op.output_storages[0].unsafeGetStorageImpl())] =
+    produced[op.output_storages[0].id] =
         static_cast<int32_t>(k);
     spec.ops.push_back(std::move(kop));
   }

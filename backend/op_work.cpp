@@ -44,9 +44,19 @@ bool describe_tensor(const at::Tensor& t, trace::TensorMeta& m) {
   return true;
 }
 
+DeviceBuffer buffer_of(const c10::Storage& storage) {
+  if (!storage) return {};
+  return {const_cast<void*>(storage.data()), storage.nbytes(),
+          reinterpret_cast<uint64_t>(storage.unsafeGetStorageImpl())};
+}
+
 at::Tensor cpu_alias(const c10::Storage& storage, const trace::TensorMeta& m) {
-  c10::Storage alias(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                     c10::DataPtr(const_cast<void*>(storage.data()), c10::Device(c10::kCPU)),
+  return cpu_alias(buffer_of(storage), m);
+}
+
+at::Tensor cpu_alias(const DeviceBuffer& buffer, const trace::TensorMeta& m) {
+  c10::Storage alias(c10::Storage::use_byte_size_t(), buffer.nbytes,
+                     c10::DataPtr(buffer.data, c10::Device(c10::kCPU)),
                      /*allocator=*/nullptr, /*resizable=*/false);
   auto t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU),

@@ -17,14 +17,29 @@ namespace neuron::backend {
 
 // Geometry and identity of a tensor; false when it cannot be described (too many dims).
 bool describe_tensor(const at::Tensor& t, trace::TensorMeta& out);
-// A CPU tensor over the device storage with the given geometry; no copy, no ownership.
+// Device memory a queued item reads or writes, by address. Items own no device memory:
+// the allocator frees stream-ordered (a block freed while queued work may still use it
+// is reused only once that work ran, see backend::free_block), so queued work leaves the
+// use counts of the program's storages alone, as on CPU (autograd accumulates a gradient
+// in place only when nothing else holds its storage; a count that depended on how far
+// the worker got made the op stream differ from run to run).
+struct DeviceBuffer {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  uint64_t id = 0;  // the StorageImpl at dispatch (identity while the op is held)
+  explicit operator bool() const { return id != 0; }
+};
+DeviceBuffer buffer_of(const c10::Storage& storage);
+
+// A CPU tensor over the device memory with the given geometry; no copy, no ownership.
+at::Tensor cpu_alias(const DeviceBuffer& buffer, const trace::TensorMeta& meta);
 at::Tensor cpu_alias(const c10::Storage& storage, const trace::TensorMeta& meta);
 // A Meta tensor with the given geometry (offset included).
 at::Tensor meta_tensor(const trace::TensorMeta& meta);
 
 // Where one tensor argument comes from when the worker runs the op.
 struct TensorSource {
-  c10::Storage storage;  // device storage; empty for host or undefined tensors
+  DeviceBuffer storage;  // device memory; empty for host or undefined tensors
   at::Tensor host;       // host tensor captured at dispatch
 };
 
@@ -75,7 +90,7 @@ class OpWork final : public WorkItem {
   std::vector<ArgSlot> slots;      // per argument
   std::vector<TensorSource> inputs;            // parallel to record.tensors
   std::vector<trace::TensorMeta> output_metas; // fresh outputs to fill, in return order
-  std::vector<c10::Storage> output_storages;   // parallel to output_metas
+  std::vector<DeviceBuffer> output_storages;   // parallel to output_metas
   std::vector<uint32_t> output_groups;         // per return: how many outputs (lists > 1)
   std::vector<bool> output_is_list;            // per return
   uint64_t seq = 0;                            // op sequence number when traced, else 0

@@ -9,12 +9,39 @@
 namespace neuron::backend {
 namespace {
 
+// A freed block waiting for the work queued before its free: per busy stream, the
+// stream's enqueue count at the free (usually one stream; more spill to the heap).
+struct Retired {
+  struct Fence {
+    const Stream* stream;
+    uint64_t ticket;
+  };
+  void* ptr = nullptr;
+  uint32_t count = 0;
+  std::array<Fence, 2> fences{};
+  std::shared_ptr<std::vector<Fence>> more;
+
+  bool ready() const {
+    for (uint32_t i = 0; i < count; ++i) {
+      const Fence& f = i < fences.size() ? fences[i] : (*more)[i - fences.size()];
+      if (f.stream->completed() < f.ticket) return false;
+    }
+    return true;
+  }
+};
+
 struct Core {
   explicit Core(int index, size_t hbm) : memory(index, hbm) {}
   DeviceMemory memory;
   std::array<std::atomic<Stream*>, kMaxStreamsPerCore> streams{};
   std::atomic<int64_t> next_stream{1};
   std::mutex create_mutex;
+  // Retired blocks in free order, from retired_head on (capacity kept: no allocation
+  // once warm).
+  std::mutex retired_mutex;
+  std::vector<Retired> retired;
+  size_t retired_head = 0;
+  std::atomic<size_t> retired_pending{0};
 };
 
 struct Runtime {
@@ -87,6 +114,59 @@ void drain_core(int core) {
 
 void synchronize_all() {
   for (int i = 0; i < core_count(); ++i) synchronize_core(i);
+}
+
+void free_block(void* ptr) {
+  if (ptr == nullptr) return;
+  const int owner = DeviceMemory::owner(ptr);
+  if (owner < 0) return;
+  Core& c = core_at(owner);
+  Retired r;
+  r.ptr = ptr;
+  for (auto& slot : c.streams) {
+    const Stream* s = slot.load(std::memory_order_acquire);
+    if (s == nullptr) continue;
+    const uint64_t ticket = s->enqueued();
+    if (s->completed() >= ticket) continue;
+    if (r.count < r.fences.size()) {
+      r.fences[r.count] = {s, ticket};
+    } else {
+      if (!r.more) r.more = std::make_shared<std::vector<Retired::Fence>>();
+      r.more->push_back({s, ticket});
+    }
+    ++r.count;
+  }
+  if (r.count == 0) {
+    c.memory.free(ptr);
+    return;
+  }
+  c.memory.retire(ptr);
+  std::lock_guard lock(c.retired_mutex);
+  c.retired.push_back(std::move(r));
+  c.retired_pending.fetch_add(1, std::memory_order_release);
+}
+
+void reclaim_blocks(int core) {
+  Core& c = core_at(core);
+  if (c.retired_pending.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(c.retired_mutex);
+  // Frees on one stream retire in order: stop at the first block still in use (a
+  // block waiting on another stream may hold back later ones until then).
+  size_t done = 0;
+  while (c.retired_head < c.retired.size() && c.retired[c.retired_head].ready()) {
+    c.memory.recycle(c.retired[c.retired_head].ptr);
+    c.retired[c.retired_head].more.reset();
+    ++c.retired_head;
+    ++done;
+  }
+  c.retired_pending.fetch_sub(done, std::memory_order_release);
+  if (c.retired_head == c.retired.size()) {
+    c.retired.clear();
+    c.retired_head = 0;
+  } else if (c.retired_head > 1024 && c.retired_head * 2 > c.retired.size()) {
+    c.retired.erase(c.retired.begin(), c.retired.begin() + static_cast<std::ptrdiff_t>(c.retired_head));
+    c.retired_head = 0;
+  }
 }
 
 int64_t pending_work(int core) {

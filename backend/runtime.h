@@ -32,6 +32,13 @@ void synchronize_core(int core);
 // Waits for every stream of the core without raising (errors stay for the next sync).
 void drain_core(int core);
 void synchronize_all();
+// Frees a device block stream-ordered: queued items hold addresses, not references, so
+// a block freed while its core has queued work becomes reusable only once every stream
+// of the core ran what was queued before the free (frees are never made to wait).
+void free_block(void* ptr);
+// Makes retired blocks whose work ran reusable (the allocator calls it before allocating;
+// after a drain every retired block of the core qualifies).
+void reclaim_blocks(int core);
 int64_t pending_work(int core);
 
 }  // namespace neuron::backend

@@ -8,13 +8,14 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "trace/log.h"
 #include "trace/recorder.h"
 
 namespace neuron::backend {
 namespace {
 
 // A 1-D view of elements [lo, hi) of a contiguous device tensor.
-at::Tensor tile_of(const c10::Storage& storage, const trace::TensorMeta& m, int64_t lo, int64_t hi) {
+at::Tensor tile_of(const DeviceBuffer& storage, const trace::TensorMeta& m, int64_t lo, int64_t hi) {
   trace::TensorMeta t = m;
   t.ndim = 1;
   t.sizes[0] = hi - lo;
@@ -23,9 +24,7 @@ at::Tensor tile_of(const c10::Storage& storage, const trace::TensorMeta& m, int6
   return cpu_alias(storage, t);
 }
 
-uint64_t storage_id(const c10::Storage& s) {
-  return reinterpret_cast<uint64_t>(s.unsafeGetStorageImpl());
-}
+uint64_t storage_id(const DeviceBuffer& s) { return s.id; }
 
 }  // namespace
 
@@ -79,7 +78,7 @@ void SegmentWork::run_group(const fusion::Step& step) {
     // The tile [lo, hi) of a tensor: full-size tensors are cut (as rows when the group
     // has rows), per-row values (layer norm's mean and rstd) by rows, anything else
     // (0-dim scalars, row-broadcast operands) is passed whole.
-    auto view = [&](const c10::Storage& storage, const trace::TensorMeta& m, int64_t lo, int64_t hi) -> at::Tensor {
+    auto view = [&](const DeviceBuffer& storage, const trace::TensorMeta& m, int64_t lo, int64_t hi) -> at::Tensor {
       if (m.ndim == 0) return cpu_alias(storage, m);
       const int64_t n = m.numel();
       auto s = scratch.find(storage_id(storage));
@@ -178,10 +177,13 @@ void SegmentWork::run() {
       }
       tier1_ns = static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       // The group's ops are functional: rerunning them per op from their inputs gives
       // the per-op results; the controller blacklists the key.
       if (failures) failures->fetch_add(1);
+      if (trace::log_enabled(trace::LogLevel::kWarn))
+        trace::log(trace::LogLevel::kWarn, "a fused group of segment " + std::to_string(key) +
+                                               " failed (its ops rerun per op): " + e.what());
       for (uint32_t k = step.first; k < step.first + step.count; ++k) ops[k]->run();
       continue;
     }

@@ -49,6 +49,7 @@ class Stream {
   // Items queued and not yet finished.
   int64_t pending() const;
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  uint64_t enqueued() const { return enqueued_.load(std::memory_order_acquire); }
   // Throws the kept error, if any, and clears it.
   void raise_pending_error();
 

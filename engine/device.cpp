@@ -263,7 +263,7 @@ void NeuronHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t new
   TORCH_CHECK(storage.resizable(), "neuron: this storage is not resizable");
   auto* impl = storage.unsafeGetStorageImpl();
   const c10::DeviceIndex index = storage.device().index();
-  synchronize(index, "storage resize");  // queued work reads the old block
+  if (impl->nbytes() > 0) synchronize(index, "storage resize");  // queued work reads the old block
   c10::DeviceGuard guard(storage.device());
   c10::DataPtr fresh = c10::GetAllocator(kNeuron)->allocate(new_bytes);
   size_t keep = std::min(new_bytes, impl->nbytes());

@@ -34,10 +34,7 @@ std::string format_bytes(size_t n) {
   return buf;
 }
 
-void free_device_block(void* ptr) {
-  int owner = backend::DeviceMemory::owner(ptr);
-  if (owner >= 0) backend::memory(owner).free(ptr);
-}
+void free_device_block(void* ptr) { backend::free_block(ptr); }
 
 class NeuronAllocator final : public c10::DeviceAllocator {
  public:
@@ -46,12 +43,14 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     const c10::Device device(kNeuron, index);
     if (bytes == 0) return {nullptr, nullptr, &free_device_block, device};
     backend::DeviceMemory& memory = backend::memory(index);
+    backend::reclaim_blocks(index);
     void* ptr = memory.allocate(bytes);
     if (ptr == nullptr) {
-      // Queued work may still hold the last references to freed tensors: let it finish.
+      // Freed blocks may wait for queued work, and held ops pin storages: let it all run.
       memory.note_retry();
       flush_windows(index);
       backend::drain_core(index);
+      backend::reclaim_blocks(index);
       memory.empty_cache();
       ptr = memory.allocate(bytes);
     }
@@ -81,6 +80,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     for (int i = 0; i < device_count(); ++i) {
       flush_windows(static_cast<c10::DeviceIndex>(i));
       backend::drain_core(i);
+      backend::reclaim_blocks(i);
       backend::memory(i).empty_cache();
     }
   }

@@ -85,7 +85,7 @@ class Recorder {
       TORCH_CHECK(device_ == t.device().index(), "Expected all tensors to be on the same device, "
                   "but found neuron:", int(device_), " and neuron:", int(t.device().index()),
                   " in ", info_.name);
-      source.storage = t.storage();
+      source.storage = backend::buffer_of(t.storage());
     } else if (t.defined()) {
       // Host tensors are snapshotted: the user may write them before the worker runs.
       source.host = t.clone(at::MemoryFormat::Preserve);
@@ -284,6 +284,8 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       const TensorMeta& m = outs[next++];
       if (!m.same_geometry(work->record.tensors[k])) {
         set_geometry(t, m);
+        // Growing the storage moved it: the op writes the new block.
+        work->inputs[k].storage = backend::buffer_of(t.storage());
         TensorMeta updated = m;
         updated.device = work->record.tensors[k].device;
         updated.storage = work->record.tensors[k].storage;
@@ -325,7 +327,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         return at::Tensor();
       }
       at::Tensor t = empty_like_meta(m, device);
-      work->output_storages.push_back(t.storage());
+      work->output_storages.push_back(backend::buffer_of(t.storage()));
       return t;
     };
     if (ri.is_list) {

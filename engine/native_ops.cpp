@@ -118,7 +118,7 @@ class CopyWork final : public backend::WorkItem {
     dst.copy_(src_storage ? backend::cpu_alias(src_storage, src_meta) : host);
   }
   std::string describe() const override { return "aten::copy_"; }
-  c10::Storage dst_storage, src_storage;
+  backend::DeviceBuffer dst_storage, src_storage;
   trace::TensorMeta dst_meta, src_meta;
   at::Tensor host;
 };
@@ -154,10 +154,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   }
   auto work = std::make_unique<CopyWork>();
   TORCH_CHECK(backend::describe_tensor(dst, work->dst_meta), "neuron: too many dimensions");
-  work->dst_storage = dst.storage();
+  work->dst_storage = backend::buffer_of(dst.storage());
   if (src_neuron) {
     TORCH_CHECK(backend::describe_tensor(self, work->src_meta), "neuron: too many dimensions");
-    work->src_storage = self.storage();
+    work->src_storage = backend::buffer_of(self.storage());
   } else {
     // Host to device while work is queued: snapshot the host data now.
     work->host = self.clone();

@@ -166,10 +166,12 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     alive.push_back(viewed || ss.outputs[i].use_count() > 0);
   }
   ss.viewed.clear();
-  ss.pinned.clear();
   auto s = ss.segmenter.flush(reason, alive);
   ss.outputs.clear();
-  if (!s) return;
+  if (!s) {
+    ss.pinned.clear();
+    return;
+  }
   const uint64_t count = observe_segment(*s, core, stream);
   if (trace::recording()) emit_replay_cut(core, stream, reason, &*s, alive);
   // Liveness of each op's outputs, for the planner.
@@ -179,6 +181,8 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     for (size_t o = 0; o < op.outputs.size(); ++o, ++k) op.alive[o] = k < alive.size() ? alive[k] : true;
   }
   adaptive_cut(ss, *s, count, core, stream);
+  // Only now, with the held ops queued: a storage freed here is reused after they ran.
+  ss.pinned.clear();
 }
 
 // Never throws: an unusual dtype counts as zero bytes.
@@ -296,7 +300,7 @@ void set_stack_capture(std::string (*capture)()) { g_stack_capture.store(capture
 void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
                    c10::DeviceIndex core, int64_t stream, uint64_t start_ns,
                    const std::vector<at::Tensor>& fresh_outputs) {
-  const backend::OpWork& work = *owned;
+  backend::OpWork& work = *owned;  // plan_op_of may normalise a dim argument
   trace::SegmentOp op;
   op.op = info.id;
   op.signature = active_policy_lifts() ? work.record.lifted_hash() : work.record.hash();
@@ -319,8 +323,12 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
       r.last_seq = op.seq;
       r.linker.link(op.seq, op.inputs, op.outputs, links);
     }
+    // Storages of the open segment stay alive until its cut (their identities key it and
+    // held ops use their memory); the caller still holds the inputs here.
     for (const auto& src : work.inputs)
-      if (src.storage) ss.pinned.push_back(src.storage);
+      if (src.storage)
+        ss.pinned.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+            reinterpret_cast<c10::StorageImpl*>(src.storage.id)));
     if (adaptive) {
       fusion::PlanOp plan_op = plan_op_of(work, info);
       plan_op.outputs = {op.outputs.begin(), op.outputs.end()};

@@ -44,7 +44,9 @@ void ensure_storage_bytes(const at::Tensor& t, size_t bytes) {
   if (storage->nbytes() >= bytes) return;
   TORCH_CHECK(storage->resizable(), "neuron: cannot resize a storage that is not resizable");
   const c10::Device device = t.device();
-  synchronize(device.index(), "storage resize");  // queued work may still read it
+  // Queued work may still read the old block; an empty one holds nothing to wait for
+  // (torch.arange(n, device=...) resizes a fresh empty tensor on every call).
+  if (storage->nbytes() > 0) synchronize(device.index(), "storage resize");
   c10::DeviceGuard guard(device);
   c10::DataPtr fresh = c10::GetAllocator(c10::DeviceType::PrivateUse1)->allocate(bytes);
   if (storage->nbytes() > 0 && storage->data() != nullptr)
