@@ -87,7 +87,7 @@ bool per_row_operand(const trace::TensorMeta& m, const trace::TensorMeta& out) {
 // Ops that are independent per row of their last dim: they may join a tile group whose
 // tiles are whole rows. (ATen computes each row on its own, so a tile gives the bits the
 // whole tensor gives.)
-fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::PlanOp p) {
+fusion::PlanOp row_op(backend::OpWork& work, const OpInfo& info, fusion::PlanOp p) {
   const auto& in = work.record.tensors.empty() ? trace::TensorMeta{} : work.record.tensors[0];
   if (!in.defined || in.ndim < 2 || !plain(in)) return p;
   const int64_t c = in.sizes[in.ndim - 1];
@@ -114,6 +114,8 @@ fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::P
       return p;
     for (size_t k = keepdim + 1; k < work.values.size(); ++k)
       if (work.slots[k].kind == backend::SlotKind::kValue && !work.values[k].isNone()) return p;  // dtype=
+    // Tiles are [rows, C]: the last dim is -1 there, whatever the tensor's rank.
+    if (dims.get(0) != -1) work.values[d] = c10::IValue(std::vector<int64_t>{-1});
   } else if (info.name == "aten::native_layer_norm") {
     // normalized_shape = [C]; weight and bias [C] or absent.
     if (work.slots.size() < 5 || work.slots[1].kind != backend::SlotKind::kValue) return p;
@@ -129,6 +131,7 @@ fusion::PlanOp row_op(const backend::OpWork& work, const OpInfo& info, fusion::P
     const int64_t dim = work.values[1].toInt();
     if (dim != -1 && dim != in.ndim - 1) return p;
     if (work.output_metas.size() != 1 || work.output_metas[0].numel() != n) return p;
+    work.values[1] = c10::IValue(int64_t{-1});  // tiles are [rows, C]
   }
   p.pointwise = true;
   p.numel = n;
@@ -171,7 +174,7 @@ fusion::PlanOp foreach_op(const backend::OpWork& work, const OpInfo& info, fusio
 
 }  // namespace
 
-fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info) {
+fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info) {
   fusion::PlanOp p;
   for (const auto& m : work.record.tensors)
     p.inputs.push_back(m.defined && m.device >= 0 && m.ndim > 0 ? static_cast<int64_t>(m.storage) : -1);

@@ -55,6 +55,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
 // A view of base was created: its storage stays observable even if base dies.
 void note_view(const at::Tensor& base);
 // How an op would take part in a fused program.
-fusion::PlanOp plan_op_of(const backend::OpWork& work, const OpInfo& info);
+// May rewrite an op's dim argument to -1 (the same dim) where it joins row tiles.
+fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info);
 
 }  // namespace neuron::engine
