@@ -172,6 +172,29 @@ def test_stream_context_and_ordering():
     assert s.query()
 
 
+def test_memory_freed_under_queued_work_waits_for_it_before_reuse():
+    # Queued ops hold device memory by address, not by reference (the program's use
+    # counts stay as on CPU). A tensor freed while the default stream still has to read
+    # it keeps its block until that work ran, even if an idle stream asks for a block of
+    # the same size meanwhile.
+    a = torch.randn(SIZE, SIZE)
+    x = a.to("neuron")
+    torch.neuron.synchronize()
+    keep = big_work(3)  # the default stream stays busy for a while
+    y = x @ x
+    allocated = torch.neuron.memory_allocated()
+    del x
+    assert torch.neuron.memory_allocated() < allocated  # no longer a tensor's memory
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        z = torch.full((SIZE, SIZE), 7.0, device="neuron")
+    s.synchronize()
+    assert neuron_eager.pending_work() > 0  # the test raced as intended
+    torch.testing.assert_close(y.cpu(), a @ a, rtol=1e-4, atol=1e-3)
+    assert bool((z.cpu() == 7).all())
+    del keep
+
+
 def test_stream_wait_stream():
     s = torch.neuron.Stream()
     a = torch.randn(SIZE, SIZE, device="neuron")
