@@ -140,6 +140,20 @@ bool fusion_allowed() {
 bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }
 
 
+// Whether every remaining candidate has a step of kind `kind` that covers ops
+// [first, position] and ends at position: only then may those ops go ahead of the cut.
+// (Programs that start alike can group their first ops differently; launching by one of
+// them and matching another at the cut would leave a group split across the boundary.)
+bool all_candidates_end_step(const StreamState& state, uint32_t first, uint32_t position,
+                             fusion::Step::Kind kind) {
+  for (const auto& c : state.candidates) {
+    if (position >= c->step_of_op.size()) return false;
+    const fusion::Step& step = c->program->steps[c->step_of_op[position]];
+    if (step.kind != kind || step.first != first || step.first + step.count - 1 != position) return false;
+  }
+  return true;
+}
+
 void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
                    fusion::PlanOp plan_op, uint64_t signature, c10::DeviceIndex core,
                    int64_t stream) {
@@ -176,7 +190,8 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
   // inside the fused segment: queue it now, so the worker never waits for the cut.
   const ReadyProgram& lead = *state.candidates.front();
   const fusion::Step& step = lead.program->steps[lead.step_of_op[position]];
-  if (step.kind == fusion::Step::kExtern && state.window.empty() && state.released == position) {
+  if (step.kind == fusion::Step::kExtern && state.window.empty() && state.released == position &&
+      all_candidates_end_step(state, position, position, fusion::Step::kExtern)) {
     ++state.released;
     ++state.released_extern;
     ++g_ops_per_op;
@@ -196,7 +211,8 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
   // A whole tile group, just completed, with nothing else held: launch it now unless it
   // keeps intermediates in scratch (whether they die is only known at the cut).
   if (step.kind == fusion::Step::kExtern || position != step.first + step.count - 1 ||
-      state.released != step.first || state.window.size() != step.count)
+      state.released != step.first || state.window.size() != step.count ||
+      !all_candidates_end_step(state, step.first, position, step.kind))
     return;
   for (const auto& per_op : step.scratch)
     for (bool s : per_op)

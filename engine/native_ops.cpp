@@ -127,6 +127,15 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   const bool src_neuron = self.device().type() == kNeuron;
   const bool dst_neuron = dst.device().type() == kNeuron;
   if (self.numel() == 0 && dst.numel() == 0) return dst;
+  if (src_neuron && dst_neuron && self.device().index() == dst.device().index()) {
+    // On one core: a recorded op like any other (copy_ into dst), so it joins segments
+    // instead of closing them (autograd's slice and select backward copy into zeros).
+    static const c10::OperatorHandle copy_op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "");
+    torch::jit::Stack stack{c10::IValue(dst), c10::IValue(self), c10::IValue(false)};
+    neuron_fallback(copy_op, &stack);
+    return dst;
+  }
   // Copies are queued directly: ops held in an adaptive window must go first.
   if (src_neuron) flush_windows(self.device().index());
   if (dst_neuron && (!src_neuron || dst.device().index() != self.device().index()))

@@ -70,7 +70,7 @@ const std::vector<Knob>& knobs() {
        "content cut when that many low hash bits are zero",
        [](Policy& p, const std::string& v) { return parse_uint(v, 0, 16, p.rolling_bits); },
        [](const Policy& p) { return std::to_string(p.rolling_bits); }},
-      {"cut_after_matmul", "true or false", "matmul-class ops end a segment",
+      {"cut_after_matmul", "true or false", "a run of matmul-class ops (mm, bmm, addmm, attention, ...) ends a segment",
        [](Policy& p, const std::string& v) { return parse_bool(v, p.cut_after_matmul); },
        [](const Policy& p) { return std::string(p.cut_after_matmul ? "true" : "false"); }},
       {"lift_scalars", "true or false", "scalar arguments become program inputs",

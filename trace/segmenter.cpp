@@ -60,10 +60,12 @@ Segmenter::Segmenter(SegmentPolicy policy) : policy_(std::move(policy)) {
   ops_.reserve(policy_.max_length);
 }
 
+bool Segmenter::is_cut_after(OpId op) const {
+  return std::find(policy_.cut_after.begin(), policy_.cut_after.end(), op) != policy_.cut_after.end();
+}
+
 bool Segmenter::content_cut(const SegmentOp& op) {
-  if (std::find(policy_.cut_after.begin(), policy_.cut_after.end(), op.op) !=
-      policy_.cut_after.end())
-    return true;
+  after_cut_op_ = is_cut_after(op.op);  // the cut comes before the next other op
   if (!policy_.use_rolling_cut || recent_.size() < policy_.rolling_window) return false;
   const uint64_t h =
       hash_bytes(recent_.data(), recent_.size() * sizeof(uint64_t), /*seed=*/0x5e9);
@@ -71,6 +73,7 @@ bool Segmenter::content_cut(const SegmentOp& op) {
 }
 
 bool Segmenter::cut_before(const SegmentOp& op) const {
+  if (after_cut_op_ && !ops_.empty() && !op.barrier && !is_cut_after(op.op)) return true;
   return policy_.use_rolling_cut && !before_start_.empty() &&
          before_start_.size() == policy_.rolling_window &&
          ops_.size() >= std::max<size_t>({2 * size_t{policy_.rolling_window}, 2, policy_.max_length / 2}) &&
@@ -100,6 +103,7 @@ void Segmenter::push(const SegmentOp& op, std::vector<Segment>& closed) {
 }
 
 std::optional<Segment> Segmenter::flush(CutReason reason, const std::vector<bool>& alive) {
+  after_cut_op_ = false;
   if (ops_.empty()) return std::nullopt;
   Segment s = make_segment(ops_, reason, alive);
   ops_.clear();

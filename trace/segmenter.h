@@ -16,7 +16,7 @@ struct SegmentPolicy {
   uint32_t max_length = 256;        // cut when a segment reaches this many ops
   uint32_t rolling_window = 4;      // ops hashed by the rolling content hash
   uint64_t rolling_mask = 0xf;      // cut when the rolling hash & mask == 0 (~1 in 16)
-  std::vector<OpId> cut_after;      // matmul-class ops end a segment
+  std::vector<OpId> cut_after;      // a run of matmul-class ops ends a segment
   bool use_rolling_cut = true;
 };
 
@@ -50,6 +50,8 @@ class Segmenter {
   // iteration, in phase. Only for long segments (at least half the maximum length and
   // twice the rolling window: shorter ones end by content anyway, and cutting them at
   // repeated layers fused less of a small Llama step); on with rolling cuts.
+  // Also the cut after a run of cut_after ops: they end a segment together, so back-to-
+  // back matmuls (a backward's two gradients, q/k/v projections) are not one-op segments.
   bool cut_before(const SegmentOp& op) const;
   // add() then flush() without liveness information.
   void push(const SegmentOp& op, std::vector<Segment>& closed);
@@ -67,11 +69,13 @@ class Segmenter {
 
  private:
   bool content_cut(const SegmentOp& op);
+  bool is_cut_after(OpId op) const;
 
   SegmentPolicy policy_;
   std::vector<SegmentOp> ops_;
   std::vector<uint64_t> recent_;  // signatures of the last rolling_window ops (any segment)
   std::vector<uint64_t> before_start_;  // recent_ when the open segment started
+  bool after_cut_op_ = false;           // the open segment's last op is a cut_after op
 };
 
 // Canonical words and key of a sequence of ops (exposed for tests and replay).

@@ -69,6 +69,29 @@ TEST(Segmenter, SameLoopBodySameKeysAtAnyPhase) {
   for (size_t phase = 1; phase < 12; ++phase) EXPECT_EQ(steady_keys(phase, policy), reference) << phase;
 }
 
+TEST(Segmenter, ARunOfCutAfterOpsEndsOneSegment) {
+  SegmentPolicy policy;
+  policy.use_rolling_cut = false;
+  policy.cut_after = {9};  // "matmul"
+  Segmenter seg(policy);
+  std::vector<Segment> closed;
+  // add, mm, mm, mm, mul, mm, add: cut after the run of three and after the lone one.
+  for (OpId id : {1, 9, 9, 9, 2, 9, 1}) {
+    SegmentOp op = op_with(id, {}, {});
+    op.op = id;
+    seg.push(op, closed);
+  }
+  ASSERT_EQ(closed.size(), 2u);
+  EXPECT_EQ(closed[0].length, 4u);
+  EXPECT_EQ(closed[0].reason, CutReason::kContent);
+  EXPECT_EQ(closed[1].length, 2u);
+  EXPECT_EQ(seg.open_length(), 1u);
+  // A flush clears the pending cut: the next segment starts fresh.
+  seg.flush(CutReason::kSync);
+  seg.push(op_with(9, {}, {}), closed);
+  EXPECT_EQ(closed.size(), 2u);
+}
+
 TEST(Segmenter, MaxLengthCuts) {
   SegmentPolicy policy;
   policy.use_rolling_cut = false;
