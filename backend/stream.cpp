@@ -123,6 +123,11 @@ void Stream::synchronize() {
 
 void Stream::drain() { wait_until(enqueued_.load(std::memory_order_acquire)); }
 
+void Stream::wait_for_backlog(uint64_t backlog) {
+  const uint64_t enqueued = enqueued_.load(std::memory_order_acquire);
+  if (enqueued > backlog) wait_until(enqueued - backlog);
+}
+
 void Stream::wait_until(uint64_t target) {
   for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
     cpu_relax();

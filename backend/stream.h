@@ -44,6 +44,9 @@ class Stream {
   void synchronize();
   // Waits like synchronize() but keeps any error for the next sync.
   void drain();
+  // Waits until at most `backlog` items are queued or running (errors stay for the next
+  // sync). Not for the stream's own worker.
+  void wait_for_backlog(uint64_t backlog);
   // True when nothing is queued or running.
   bool idle() const;
   // Items queued and not yet finished.

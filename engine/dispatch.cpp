@@ -211,6 +211,9 @@ std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) { return OpW
 
 }  // namespace
 
+// Queued ops per stream beyond which the dispatching thread waits for the worker.
+constexpr int64_t kMaxQueuedOps = 1024;
+
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
   bump(g_counters.ops_dispatched);
@@ -372,6 +375,11 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     if (work) stream.enqueue(std::move(work));
     bump(g_counters.ops_queued);
+    // Backpressure, as a CUDA launch queue gives: a host far ahead of the worker only
+    // piles up memory (a freed block waits for the work queued before its free, so each
+    // step ahead takes fresh blocks, and their first touch page-faults). No engine lock is
+    // held here.
+    if (stream.pending() > kMaxQueuedOps) stream.wait_for_backlog(kMaxQueuedOps / 2);
     if (launch_blocking()) synchronize_stream(stream, "NEURON_LAUNCH_BLOCKING");
   }
   torch::jit::drop(*stack, num_args);

@@ -195,6 +195,20 @@ def test_memory_freed_under_queued_work_waits_for_it_before_reuse():
     del keep
 
 
+def test_a_host_far_ahead_waits_for_the_queue():
+    # Backpressure: the dispatching thread waits once 1024 ops are queued on the stream,
+    # so memory held for queued work stays bounded in loops without syncs.
+    keep = big_work(2)  # the worker is busy for a while
+    x = torch.zeros(64, 64, device="neuron")
+    peak = 0
+    for _ in range(3000):
+        x = x + 1
+        peak = max(peak, neuron_eager.pending_work())
+    assert 1000 <= peak <= 1025
+    assert bool((x.cpu() == 3000).all())
+    del keep
+
+
 def test_stream_wait_stream():
     s = torch.neuron.Stream()
     a = torch.randn(SIZE, SIZE, device="neuron")
