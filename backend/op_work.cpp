@@ -238,10 +238,7 @@ void set_item_threads_to(int threads) {
 void set_item_threads(int64_t /*elements*/) {
   // Every item uses CPU eager's thread count: BLAS, FFT and reductions split work by
   // thread count, so only the same count gives the same bits.
-  const int want = g_large_threads.load();
-  if (want == t_threads) return;
-  if (auto f = omp_setter()) f(want);
-  t_threads = want;
+  set_item_threads_to(g_large_threads.load());
 }
 
 void OpWork::run() {

@@ -207,8 +207,6 @@ bool same_dtypes_as_first_list(const OpWork& work) {
   return true;
 }
 
-std::unique_ptr<OpWork> acquire_work(const c10::OperatorHandle& op) { return OpWork::acquire(op); }
-
 }  // namespace
 
 // Queued ops per stream beyond which the dispatching thread waits for the worker.
@@ -223,7 +221,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   const size_t num_args = op.schema().arguments().size();
   auto args = torch::jit::last(*stack, num_args);
-  auto work = acquire_work(op);
+  auto work = OpWork::acquire(op);
   Recorder recorder(info, *work);
   if (!recorder.record(args)) return run_synchronously(op, info, stack);
   c10::DeviceIndex device = recorder.device();
