@@ -19,7 +19,7 @@ struct Retired {
   void* ptr = nullptr;
   uint32_t count = 0;
   std::array<Fence, 2> fences{};
-  std::shared_ptr<std::vector<Fence>> more;
+  std::unique_ptr<std::vector<Fence>> more;
 
   bool ready() const {
     for (uint32_t i = 0; i < count; ++i) {
@@ -131,7 +131,7 @@ void free_block(void* ptr) {
     if (r.count < r.fences.size()) {
       r.fences[r.count] = {s, ticket};
     } else {
-      if (!r.more) r.more = std::make_shared<std::vector<Retired::Fence>>();
+      if (!r.more) r.more = std::make_unique<std::vector<Retired::Fence>>();
       r.more->push_back({s, ticket});
     }
     ++r.count;
