@@ -251,6 +251,7 @@ void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,
   const int64_t numel = step.numel;
   const int64_t tile = native_tile(numel);
   const int64_t tiles = (numel + tile - 1) / tile;
+  set_item_threads(true, numel * static_cast<int64_t>(ptrs.size()));  // tiles never depend on the thread count
   at::parallel_for(0, tiles, 1, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data());
   });

@@ -145,6 +145,7 @@ void OpWork::finish(std::unique_ptr<WorkItem> self) {
 void OpWork::clear() {
   record.tensors.clear();
   seq = 0;
+  threads = ThreadRule::kFixed;
   core = 0;
   stream = 0;
   values.clear();
@@ -235,19 +236,79 @@ void set_item_threads_to(int threads) {
   t_threads = threads;
 }
 
-void set_item_threads(int64_t /*elements*/) {
-  // Every item uses CPU eager's thread count: BLAS, FFT and reductions split work by
-  // thread count, so only the same count gives the same bits.
-  set_item_threads_to(g_large_threads.load());
+void set_item_threads(bool free, int64_t elements) {
+  const int cpu = g_large_threads.load(std::memory_order_relaxed);
+  if (!free || cpu == 1) return set_item_threads_to(cpu);
+  const Stream* stream = Stream::current_worker_stream();
+  const bool spread = elements >= kSpreadElements && stream != nullptr && stream->host_needs_threads();
+  set_item_threads_to(spread ? cpu : 1);
+}
+
+bool elementwise_split_free(int64_t numel) {
+  // ATen splits [0, numel) into p chunks of ceil(numel / p), p up to the thread count
+  // (kernels pick their own grain, so any p may occur).
+  const int64_t threads = g_large_threads.load(std::memory_order_relaxed);
+  if (threads > 64) return false;
+  for (int64_t p = 2; p <= threads; ++p)
+    if (((numel + p - 1) / p) % 64 != 0) return false;
+  return true;
+}
+
+namespace {
+bool contiguous(const trace::TensorMeta& m) {
+  int64_t expected = 1;
+  for (int i = m.ndim - 1; i >= 0; --i) {
+    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
+    expected *= m.sizes[i];
+  }
+  return true;
+}
+}  // namespace
+
+int64_t OpWork::work_elements() const {
+  int64_t elements = 0;
+  for (const auto& m : record.tensors) elements += m.numel();
+  for (const auto& m : output_metas) elements += m.numel();
+  return elements;
+}
+
+bool OpWork::thread_free() const {
+  switch (threads) {
+    case ThreadRule::kFixed:
+      return false;
+    case ThreadRule::kFree:
+      return true;
+    case ThreadRule::kElementwise:
+      break;
+    case ThreadRule::kRowLastDim: {
+      if (record.tensors.empty() || values.size() < 2 || !values[1].isInt()) return false;
+      const int64_t dim = values[1].toInt(), ndim = record.tensors[0].ndim;
+      return dim == -1 || dim == ndim - 1;
+    }
+  }
+  // Foreach ops run one elementwise kernel per tensor: each tensor on its own. Other ops:
+  // one kernel over the output's elements, every operand of that size or 0-dim (any
+  // broadcast or strided operand makes 2-D loops whose rows a split may cut).
+  const bool per_tensor = !slots.empty() && slots[0].kind == SlotKind::kTensorList;
+  int64_t numel = -1;
+  auto fits = [&](const trace::TensorMeta& m) {
+    if (!m.defined || m.ndim == 0) return true;
+    if (!contiguous(m)) return false;
+    if (per_tensor) return elementwise_split_free(m.numel());
+    if (numel < 0) numel = m.numel();
+    return m.numel() == numel;
+  };
+  for (const auto& m : record.tensors)
+    if (!fits(m)) return false;
+  for (const auto& m : output_metas)
+    if (!fits(m)) return false;
+  return per_tensor || numel < 0 || elementwise_split_free(numel);
 }
 
 void OpWork::run() {
   ExecuteEvent event(*this);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  int64_t elements = 0;
-  for (const auto& m : record.tensors) elements = std::max(elements, m.numel());
-  for (const auto& m : output_metas) elements = std::max(elements, m.numel());
-  set_item_threads(elements);
+  set_item_threads(thread_free(), work_elements());
   torch::jit::Stack stack;
   if (inplace_op && !slots.empty() && slots[0].kind == SlotKind::kTensorList &&
       slots[0].count == output_metas.size()) {

@@ -53,15 +53,36 @@ struct ArgSlot {
   uint32_t count = 0;
 };
 
-// Intra-op threads for one work item on the worker: the count CPU eager uses, so BLAS,
-// FFT and reductions split work the same way, bit for bit. (Sized per item so a policy
-// by size can return; a per-size split changed results and was dropped.)
-void set_item_threads(int64_t elements);
+// How a work item's bits depend on its intra-op thread count.
+enum class ThreadRule : uint8_t {
+  kFixed,        // they may (reductions, matmuls, FFT, ...): always CPU eager's count
+  kFree,         // they never do (tile groups, layer norm: each row on one thread)
+  kElementwise,  // elementwise kernels: only where ATen's split points fall on vector
+                 // boundaries (checked per item, see thread_free())
+  kRowLastDim,   // softmax / log_softmax: free over the last dim (one row per thread)
+};
+// (MKL's matmuls are not free: a 10x16 @ 16x64 float product differs in its last bits
+// between 1 and 2 threads.)
+
+// Intra-op threads for one work item on the worker. Items whose bits may depend on the
+// count use CPU eager's, so BLAS, FFT and reductions split work the same way, bit for
+// bit. Items whose bits do not (`free`) use one thread while the host is busy (the
+// dispatching thread needs the other core: two threads on a shared core made every
+// parallel region wait for a time slice) and CPU eager's count while a host thread waits
+// for this stream or the stream is far behind, and the item touches at least
+// kSpreadElements elements (smaller ones cost more to wake a helper for than they save).
+void set_item_threads(bool free, int64_t elements);
+constexpr int64_t kSpreadElements = int64_t{1} << 18;
 void set_large_item_threads(int threads);
 // Exactly this many intra-op threads for the next kernels on this worker (for work whose
 // bits do not depend on the count, such as elementwise kernels); the next
 // set_item_threads() restores the usual count.
 void set_item_threads_to(int threads);
+// True when an elementwise kernel over `numel` contiguous elements gives the same bits
+// at any thread count up to CPU eager's: however ATen splits it (kernels choose their own
+// grain), every chunk is a whole multiple of 64 elements, so vector tails fall where one
+// thread's do.
+bool elementwise_split_free(int64_t numel);
 
 class OpWork final : public WorkItem {
  public:
@@ -94,6 +115,7 @@ class OpWork final : public WorkItem {
   std::vector<uint32_t> output_groups;         // per return: how many outputs (lists > 1)
   std::vector<bool> output_is_list;            // per return
   uint64_t seq = 0;                            // op sequence number when traced, else 0
+  ThreadRule threads = ThreadRule::kFixed;
   uint8_t core = 0;
   uint16_t stream = 0;
 
@@ -104,6 +126,12 @@ class OpWork final : public WorkItem {
   // list), in place on the device tensors (a functional op through inplace_op on its
   // outputs). The per-tensor kernels are the ones the whole-list op runs.
   void run_element(uint32_t i, torch::jit::Stack& stack) const;
+
+  // Whether this op's bits are the same at any intra-op thread count (its rule applied
+  // to its tensors).
+  bool thread_free() const;
+  // Elements the op reads and writes (inputs plus fresh outputs).
+  int64_t work_elements() const;
 
   // Pushes the op's arguments (no out= arguments): plain values from value_of(i) for
   // argument i, tensors from tensor_of(k) for record.tensors[k], lists rebuilt. The one

@@ -60,7 +60,7 @@ void SegmentWork::run_group(const fusion::Step& step) {
     while (tile < numel && (tile / row < 2 || rows % (tile / row) == 1)) tile += unit;
   }
   const int64_t tiles = (numel + tile - 1) / tile;
-  set_item_threads(numel);
+  set_item_threads(true, numel * static_cast<int64_t>(operands));  // tiles never depend on the thread count
   // Tiles are independent (pointwise and row-local ops): threads take whole tiles, and
   // the kernels inside run single-threaded (ATen does not nest parallel regions).
   at::parallel_for(0, tiles, 1, [&](int64_t first_tile, int64_t end_tile) {

@@ -50,7 +50,18 @@ void Stream::enqueue(std::unique_ptr<WorkItem> item) {
   if (wake) work_cv_.notify_one();
 }
 
+namespace {
+thread_local const Stream* t_worker_stream = nullptr;
+}  // namespace
+
+const Stream* Stream::current_worker_stream() { return t_worker_stream; }
+
+bool Stream::host_needs_threads() const {
+  return host_waiters_.load(std::memory_order_relaxed) > 0 || pending() > kDeepBacklog;
+}
+
 void Stream::worker_loop() {
+  t_worker_stream = this;
   if (auto init = g_thread_init.load()) init();
   for (;;) {
     std::unique_ptr<WorkItem> item;
@@ -129,6 +140,11 @@ void Stream::wait_for_backlog(uint64_t backlog) {
 }
 
 void Stream::wait_until(uint64_t target) {
+  struct HostWaiting {
+    std::atomic<int>& count;
+    explicit HostWaiting(std::atomic<int>& c) : count(c) { count.fetch_add(1, std::memory_order_relaxed); }
+    ~HostWaiting() { count.fetch_sub(1, std::memory_order_relaxed); }
+  } waiting(host_waiters_);
   for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
     cpu_relax();
   if (completed_.load(std::memory_order_acquire) >= target) return;

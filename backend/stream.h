@@ -53,6 +53,13 @@ class Stream {
   int64_t pending() const;
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   uint64_t enqueued() const { return enqueued_.load(std::memory_order_acquire); }
+  // True while a host thread waits for this stream, or while more than kDeepBacklog items
+  // are queued: then the host has no use for a core, and free items (set_item_threads)
+  // may take CPU eager's thread count.
+  bool host_needs_threads() const;
+  static constexpr int64_t kDeepBacklog = 256;
+  // The stream whose worker is the calling thread; null on other threads.
+  static const Stream* current_worker_stream();
   // Throws the kept error, if any, and clears it.
   void raise_pending_error();
 
@@ -81,6 +88,7 @@ class Stream {
   std::deque<std::unique_ptr<WorkItem>> queue_;
   bool worker_sleeping_ = false;
   int waiters_ = 0;
+  std::atomic<int> host_waiters_{0};  // host threads in wait_until, spinning or blocked
   bool stop_ = false;
   std::atomic<uint64_t> enqueued_{0};
   uint64_t taken_ = 0;  // items the worker popped (worker thread only)

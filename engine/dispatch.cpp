@@ -347,6 +347,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   if (info.needs_work) {
+    work->threads = info.threads;
     if (info.foreach_inplace && all_outputs_defined && same_dtypes_as_first_list(*work))
       work->inplace_op = info.foreach_inplace;
     if (info.out_variant && all_outputs_defined &&

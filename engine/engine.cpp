@@ -28,12 +28,12 @@ std::atomic<bool> g_initialized{false};
 std::atomic<Mode> g_mode{Mode::kEager};
 std::atomic<bool> g_launch_blocking{false};
 
-// Workers set their OpenMP thread count per item (backend::set_item_threads): one thread
-// for small items, so helper threads do not spin against the dispatching host thread,
-// and NEURON_WORKER_THREADS (default: CPU eager's intra-op count) for large ones.
+// Workers set their OpenMP thread count per item (backend::set_item_threads): CPU eager's
+// count (or NEURON_WORKER_THREADS) for items whose bits depend on it; one thread for the
+// others while the host is busy.
 void init_worker_thread() {
   at::init_num_threads();
-  backend::set_item_threads(0);
+  backend::set_item_threads(false, 0);
 }
 
 }  // namespace

@@ -211,4 +211,26 @@ fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info) {
   return p;
 }
 
+backend::ThreadRule thread_rule_of(const std::string& name) {
+  using backend::ThreadRule;
+  if (name == "aten::native_layer_norm") return ThreadRule::kFree;
+  if (name == "aten::_softmax" || name == "aten::_log_softmax") return ThreadRule::kRowLastDim;
+  if (name == "aten::copy_" || name == "aten::fill_.Scalar" || name == "aten::zero_")
+    return ThreadRule::kElementwise;
+  if (name.rfind("aten::_foreach_", 0) == 0)  // pointwise per tensor, but for the reductions
+    return name.rfind("aten::_foreach_norm", 0) == 0 || name.rfind("aten::_foreach_max", 0) == 0
+               ? ThreadRule::kFixed
+               : ThreadRule::kElementwise;
+  if (builtin_pointwise().count(name)) return ThreadRule::kElementwise;
+  // In-place variants: aten::add_.Tensor is aten::add.Tensor's kernel.
+  const auto dot = name.find('.');
+  const auto base = name.substr(0, dot);
+  if (base.size() > 1 && base.back() == '_') {
+    std::string functional = base.substr(0, base.size() - 1);
+    if (dot != std::string::npos) functional += name.substr(dot);
+    if (builtin_pointwise().count(functional)) return ThreadRule::kElementwise;
+  }
+  return ThreadRule::kFixed;
+}
+
 }  // namespace neuron::engine

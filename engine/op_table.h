@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/op_work.h"
 #include "engine/pch.h"
 #include "trace/op_record.h"
 
@@ -29,6 +30,8 @@ struct OpInfo {
   std::vector<bool> arg_is_liftable;    // per argument: a Scalar or float value
   bool foreach = false;                 // aten::_foreach_*: scalar values never decide shapes
   bool needs_work = true;               // false for pure views: nothing to execute
+  // How the op's bits depend on the worker's intra-op thread count.
+  backend::ThreadRule threads = backend::ThreadRule::kFixed;
   std::optional<c10::OperatorHandle> out_variant;
   // Functional foreach ops: the in-place sibling (_foreach_sqrt -> _foreach_sqrt_), run on
   // the outputs after copying the inputs there (their out= kernels allocate and copy).
@@ -40,6 +43,8 @@ struct OpInfo {
 };
 
 OpInfo& op_info(const c10::OperatorHandle& op);
+// The thread rule of an op by name (fusible.cpp, next to the pointwise op list).
+backend::ThreadRule thread_rule_of(const std::string& name);
 // Marks an op synchronous from now on (no meta kernel, for instance).
 void mark_synchronous(OpInfo& info, std::string reason);
 

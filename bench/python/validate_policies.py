@@ -11,7 +11,8 @@ Device time is what the trace measured: fused segments plus ops run on their own
 measuring, one unrecorded run per policy fills the tier-2 disk cache (otherwise whichever
 run comes first pays for background compiles), and the reference and each real run are
 repeated (--repeats) and the median taken: on a shared machine one run's device time can
-be several times another's.
+be several times another's. The repeats run in rounds (reference, then each policy, in a
+rotated order) so that slow and fast periods of the machine fall on both sides alike.
 """
 
 import argparse
@@ -99,23 +100,30 @@ def main():
     for name in names:
         for policy in POLICIES:
             run_worker(name, policy, args.steps, "-", args.tiny)
-        # The reference: the median (by measured device time) of `repeats` recordings.
-        refs = []
+        # Rounds: each records the reference and runs every policy once, in a rotated
+        # order, so that a slow minute of the shared machine lands on the reference and
+        # the real runs alike instead of on one side of the comparison.
+        refs, real_runs = [], {policy: [] for policy in POLICIES}
         for k in range(args.repeats):
             ref = os.path.join(folder, f"{name}-recorded-{args.reference}-{k}.ntrace")
-            run_worker(name, args.reference, args.steps, ref, args.tiny)
-            refs.append((rp.measured_device_ns(load(ref)), ref))
+            order = [None] + list(POLICIES)
+            order = order[k % len(order):] + order[:k % len(order)]
+            for policy in order:
+                if policy is None:
+                    run_worker(name, args.reference, args.steps, ref, args.tiny)
+                    refs.append((rp.measured_device_ns(load(ref)), ref))
+                    continue
+                real = os.path.join(folder, f"{name}-{policy}-{k}.ntrace")
+                wall = run_worker(name, policy, args.steps, real, args.tiny)
+                real_trace = load(real)
+                real_runs[policy].append((rp.measured_device_ns(real_trace), real_trace, wall))
+        # The reference: the median (by measured device time) of the recordings.
         ref = sorted(refs)[len(refs) // 2][1]
         prepared = rp.prepare(ref)
         results[name] = {}
         for policy in POLICIES:
             predicted = rp.replay(prepared, policy, args.cost_model)
-            runs = []
-            for k in range(args.repeats):
-                real = os.path.join(folder, f"{name}-{policy}-{k}.ntrace")
-                wall = run_worker(name, policy, args.steps, real, args.tiny)
-                real_trace = load(real)
-                runs.append((rp.measured_device_ns(real_trace), real_trace, wall))
+            runs = real_runs[policy]
             measured, real_trace, wall = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
             repro = [rp.check_reproduction(r[1]) for r in runs]
             real_rep = repro[0]["report"]

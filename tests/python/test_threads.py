@@ -1,0 +1,57 @@
+"""The worker's intra-op thread count (backend::set_item_threads): items whose bits do not
+depend on it run on one thread while the host is busy; everything else uses CPU eager's
+count. Results must stay bit-equal to CPU eager either way."""
+
+import torch
+import torch.nn.functional as F
+
+DEV = "neuron"
+
+
+def _busy_host_results(fn, inputs):
+    # Dispatch everything before the first sync: the host thread stays busy while the
+    # worker runs (the one-thread case for free items).
+    outs = [fn(x.to(DEV)) for x in inputs]
+    return [o.cpu() for o in outs]
+
+
+def test_sigmoid_at_a_size_whose_split_differs_keeps_cpu_bits():
+    # On this build, sigmoid over 65544 elements gives other bits on 1 thread than on 2
+    # (2 threads split at 32772, not a multiple of the vector width). The item must run
+    # with CPU eager's count; a free rule would make it differ.
+    torch.manual_seed(0)
+    inputs = [torch.randn(n) * 3 for n in (65544, 70001, 131072, 100003, 4097) for _ in range(8)]
+    got = _busy_host_results(torch.sigmoid, inputs)
+    for x, g in zip(inputs, got):
+        assert torch.equal(g, torch.sigmoid(x)), f"sigmoid over {x.numel()} elements differs from CPU"
+
+
+def test_row_ops_and_elementwise_chains_match_cpu_bits():
+    torch.manual_seed(1)
+    inputs = [torch.randn(r, c) for r, c in ((257, 1024), (64, 256), (1000, 333), (3, 70001)) for _ in range(4)]
+
+    def chain(x):
+        y = F.layer_norm(x, (x.shape[-1],))
+        return F.gelu(y).softmax(-1) + F.log_softmax(y, dim=0) * x.sigmoid()
+
+    got = _busy_host_results(chain, inputs)
+    for x, g in zip(inputs, got):
+        assert torch.equal(g, chain(x)), f"chain over {tuple(x.shape)} differs from CPU"
+
+
+def test_foreach_ops_with_misaligned_tensors_match_cpu_bits():
+    torch.manual_seed(2)
+    shapes = [(65544,), (256, 256), (70001,), (17, 19)]
+    xs = [torch.randn(s) for s in shapes]
+    ys = [torch.randn(s) for s in shapes]
+    dx = [x.to(DEV) for x in xs]
+    dy = [y.to(DEV) for y in ys]
+    for _ in range(4):
+        torch._foreach_mul_(xs, 0.9)
+        torch._foreach_addcmul_(xs, ys, ys, value=0.1)
+        xs = torch._foreach_sigmoid(xs)
+        torch._foreach_mul_(dx, 0.9)
+        torch._foreach_addcmul_(dx, dy, dy, value=0.1)
+        dx = torch._foreach_sigmoid(dx)
+    for x, d in zip(xs, dx):
+        assert torch.equal(d.cpu(), x), f"foreach chain over {tuple(x.shape)} differs from CPU"
