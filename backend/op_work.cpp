@@ -254,7 +254,6 @@ bool elementwise_split_free(int64_t numel) {
   return true;
 }
 
-namespace {
 bool contiguous(const trace::TensorMeta& m) {
   int64_t expected = 1;
   for (int i = m.ndim - 1; i >= 0; --i) {
@@ -263,7 +262,6 @@ bool contiguous(const trace::TensorMeta& m) {
   }
   return true;
 }
-}  // namespace
 
 int64_t OpWork::work_elements() const {
   int64_t elements = 0;

@@ -83,6 +83,8 @@ void set_item_threads_to(int threads);
 // grain), every chunk is a whole multiple of 64 elements, so vector tails fall where one
 // thread's do.
 bool elementwise_split_free(int64_t numel);
+// True when the geometry is row-major contiguous (size-1 dims may have any stride).
+bool contiguous(const trace::TensorMeta& m);
 
 class OpWork final : public WorkItem {
  public:

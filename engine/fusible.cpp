@@ -35,14 +35,7 @@ const std::unordered_set<std::string>& builtin_pointwise() {
   return ops;
 }
 
-bool is_contiguous(const trace::TensorMeta& m) {
-  int64_t expected = 1;
-  for (int i = m.ndim - 1; i >= 0; --i) {
-    if (m.sizes[i] != 1 && m.strides[i] != expected) return false;
-    expected *= m.sizes[i];
-  }
-  return true;
-}
+bool is_contiguous(const trace::TensorMeta& m) { return backend::contiguous(m); }
 
 bool same_sizes(const trace::TensorMeta& a, const trace::TensorMeta& b) {
   if (a.ndim != b.ndim) return false;
