@@ -7,10 +7,10 @@
 namespace neuron::engine {
 
 struct CounterBlock {
-  std::atomic<uint64_t> ops_dispatched{0}, ops_queued{0}, ops_synchronous{0}, meta_runs{0},
+  std::atomic<uint64_t> ops_dispatched{0}, ops_queued{0}, ops_synchronous{0}, meta_runs{0}, fast_meta_runs{0},
       shape_cache_hits{0}, shape_cache_misses{0}, views{0}, syncs{0};
   void reset() {
-    for (auto* c : {&ops_dispatched, &ops_queued, &ops_synchronous, &meta_runs, &shape_cache_hits,
+    for (auto* c : {&ops_dispatched, &ops_queued, &ops_synchronous, &meta_runs, &fast_meta_runs, &shape_cache_hits,
                     &shape_cache_misses, &views, &syncs})
       c->store(0);
   }

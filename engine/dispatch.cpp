@@ -385,4 +385,6 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
+void clear_shape_cache() { shape_cache().clear(); }
+
 }  // namespace neuron::engine

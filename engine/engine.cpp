@@ -135,6 +135,7 @@ Counters counters() {
   c.ops_queued = g_counters.ops_queued.load();
   c.ops_synchronous = g_counters.ops_synchronous.load();
   c.meta_runs = g_counters.meta_runs.load();
+  c.fast_meta_runs = g_counters.fast_meta_runs.load();
   c.shape_cache_hits = g_counters.shape_cache_hits.load();
   c.shape_cache_misses = g_counters.shape_cache_misses.load();
   c.views = g_counters.views.load();

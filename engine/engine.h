@@ -50,6 +50,7 @@ struct Counters {
   uint64_t ops_queued = 0;
   uint64_t ops_synchronous = 0;  // ran at once (data-dependent shapes, no meta kernel, ...)
   uint64_t meta_runs = 0;
+  uint64_t fast_meta_runs = 0;  // of meta_runs: geometry from C++ (engine/fast_meta.h)
   uint64_t shape_cache_hits = 0;
   uint64_t shape_cache_misses = 0;
   uint64_t views = 0;
@@ -57,5 +58,7 @@ struct Counters {
 };
 Counters counters();
 void reset_counters();
+// Forgets every op's inferred output geometry (the next op of each signature runs meta).
+void clear_shape_cache();
 
 }  // namespace neuron::engine

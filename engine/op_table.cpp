@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/fast_meta.h"
 #include "trace/op_registry.h"
 
 namespace neuron::engine {
@@ -171,6 +172,7 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
     info->synchronous_reason = "its Meta kernel's output shapes differ from the CPU kernel's";
   }
   info->threads = thread_rule_of(info->name);
+  info->fast_meta = find_fast_meta(info->name);
   if (info->foreach) info->foreach_inplace = find_foreach_inplace(s, *info);
   if (!out_variant_denylist().count(s.name()) && !info->foreach_inplace)
     info->out_variant = find_out_variant(s, *info);

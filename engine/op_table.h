@@ -14,6 +14,8 @@
 
 namespace neuron::engine {
 
+struct FastMeta;
+
 struct ReturnInfo {
   enum Kind : uint8_t { kNew, kView, kInplace, kNonTensor } kind = kNew;
   bool is_list = false;
@@ -33,6 +35,7 @@ struct OpInfo {
   // How the op's bits depend on the worker's intra-op thread count.
   backend::ThreadRule threads = backend::ThreadRule::kFixed;
   std::optional<c10::OperatorHandle> out_variant;
+  const FastMeta* fast_meta = nullptr;  // output geometry in C++ (engine/fast_meta.h)
   // Functional foreach ops: the in-place sibling (_foreach_sqrt -> _foreach_sqrt_), run on
   // the outputs after copying the inputs there (their out= kernels allocate and copy).
   std::optional<c10::OperatorHandle> foreach_inplace;

@@ -3,6 +3,8 @@
 #include <ATen/ops/empty_like.h>
 
 #include "engine/counters.h"
+#include "engine/fast_meta.h"
+#include "trace/log.h"
 
 namespace neuron::engine {
 
@@ -31,7 +33,13 @@ void infer_with_meta(const c10::OperatorHandle& op, const OpInfo& info, const Op
   // Written arguments keep their identity through the call: remember them.
   std::vector<c10::IValue> written;
   for (int w : info.write_args) written.push_back(stack[static_cast<size_t>(w)]);
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  if (info.fast_meta != nullptr && run_fast_meta(*info.fast_meta, op, stack))
+    bump(g_counters.fast_meta_runs);
+  else {
+    if (trace::log_enabled(trace::LogLevel::kDebug))
+      trace::log(trace::LogLevel::kDebug, "shape inference by the dispatcher's Meta kernel: " + info.name);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  }
   outs.clear();
   auto push = [&](const at::Tensor& t) {
     TensorMeta m;

@@ -9,6 +9,7 @@
 #include "backend/runtime.h"
 #include "backend/segment_work.h"
 #include "engine/engine.h"
+#include "engine/fast_meta.h"
 #include "engine/recording.h"
 #include "fusion/native.h"
 #include "fusion/policy.h"
@@ -155,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
     d["ops_queued"] = c.ops_queued;
     d["ops_synchronous"] = c.ops_synchronous;
     d["meta_runs"] = c.meta_runs;
+    d["fast_meta_runs"] = c.fast_meta_runs;
     d["shape_cache_hits"] = c.shape_cache_hits;
     d["shape_cache_misses"] = c.shape_cache_misses;
     d["views"] = c.views;
@@ -194,6 +196,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("native_cache_dir", [] { return fusion::NativeCompiler::instance().options().cache_dir; });
   m.def("reset_counters", [] { engine::reset_counters(); });
+  m.def("clear_shape_cache", [] { engine::clear_shape_cache(); });
   m.def("_inject_tile_group_failures", [](int n) { backend::inject_tile_group_failures(n); });
   engine::set_stack_capture(&capture_python_stack);
   m.def("trace_start", [](const std::string& path, const std::string& user_json) {
@@ -208,6 +211,8 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(events, trace::Recorder::instance().bytes_written());
   });
   m.def("policy_json", [] { return fusion::policy_json(engine::active_policy()); });
+  m.def("fast_meta_ops", [] { return engine::fast_meta_ops(); });
+  m.def("fast_meta_mismatches", [] { return engine::fast_meta_mismatches(); });
   m.def("policy_knobs", [] { return fusion::describe_policy_knobs(); });
   m.def("builtin_policies", [] { return fusion::builtin_policy_names(); });
   m.def("set_policy_builtin", [](const std::string& name) {
