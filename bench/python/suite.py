@@ -4,6 +4,7 @@ eager, compared with the targets of issue 6.
 
     python bench/python/suite.py [--tiny] [--repeats 7] [--out bench/results/suite]
                                  [--only chain_small,adamw] [--configs cpu,adaptive]
+                                 [--rounds 3]
 
 Writes OUT/results.json, OUT/results.md and OUT/results.png, and prints the tables.
 Each (workload, config) runs in its own process (--isolate job; --tiny runs one process
@@ -87,6 +88,27 @@ def mark_crashed(out, names, config, code, text):
                            "error": f"worker exited with {code}: {tail}"}, f)
 
 
+def merge_rounds(out, names, configs, rounds):
+    """Per (workload, config), the round with the median step time stands for the job
+    (every round's median is kept in rounds_ms); a failed round makes the job failed."""
+    for name in names:
+        for config in configs:
+            figs = []
+            for r in range(rounds):
+                path = os.path.join(out, "raw", f"{name}__{config}.round{r}.json")
+                figs.append(json.load(open(path)) if os.path.exists(path) else
+                            {"ok": False, "error": f"round {r + 1}: no result"})
+            bad = [f for f in figs if not f.get("ok")]
+            if bad:
+                chosen = bad[0]
+            else:
+                ranked = sorted(figs, key=lambda f: f["median_ms"])
+                chosen = dict(ranked[(len(ranked) - 1) // 2])
+                chosen["rounds_ms"] = [f["median_ms"] for f in figs]
+            with open(os.path.join(out, "raw", f"{name}__{config}.json"), "w") as f:
+                json.dump(chosen, f)
+
+
 def git_commit():
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -130,6 +152,10 @@ def main():
                         "capture without codegen, so a smoke run stays under a minute)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per process")
     p.add_argument("--no-side", action="store_true", help="skip roofline and tiny-op runs")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every job this many times, configs in a rotated order per round, "
+                        "and keep each job's median round (a slow period of a shared machine "
+                        "then lands on every config alike)")
     args = p.parse_args()
     repeats = args.repeats or (2 if args.tiny else 7)
     isolate = args.isolate or ("config" if args.tiny else "job")
@@ -151,18 +177,24 @@ def main():
         shutil.rmtree(os.path.join(args.out, sub), ignore_errors=True)
     started = time.time()
     log = open(os.path.join(args.out, "log.txt"), "w")
-    jobs = ([(n, c) for n in names for c in configs] if isolate == "job"
-            else [(",".join(names), c) for c in configs])
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    jobs = []
+    for r in range(args.rounds):
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        jobs += ([(n, c, r) for n in names for c in order] if isolate == "job"
+                 else [(",".join(names), c, r) for c in order])
     noise = []
     side = {} if args.no_side else side_measurements(args, log)
-    for i, (wl, config) in enumerate(jobs):
+    for i, (wl, config, rnd) in enumerate(jobs):
         cache_root = tempfile.mkdtemp(prefix="suite-cache-")
         cmd = [sys.executable, os.path.join(HERE, "suite_worker.py"), "--config", config,
                "--workloads", wl, "--out", args.out, "--repeats", str(repeats),
                "--compile-backend", backend]
         if args.tiny:
             cmd.append("--tiny")
-        print(f"[suite] {i + 1}/{len(jobs)} {wl} / {config} ...", end="", flush=True)
+        print(f"[suite] {i + 1}/{len(jobs)} {wl} / {config}"
+              + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", end="", flush=True)
         code, wall, others, text = run_job(cmd, job_env(args, cache_root, config),
                                            args.timeout, log)
         shutil.rmtree(cache_root, ignore_errors=True)
@@ -171,11 +203,20 @@ def main():
         print(f" {wall:.1f} s" + ("" if code == 0 else f"  (exit {code}: see log.txt)")
               + (f"  [other work kept {others:.1f} cores busy]" if others > 0.2 else ""),
               flush=True)
-        noise.append({"job": f"{wl}/{config}", "wall_s": wall, "other_cores_busy": others})
+        noise.append({"job": f"{wl}/{config}", "round": rnd, "wall_s": wall,
+                      "other_cores_busy": others})
+        if args.rounds > 1:
+            for name in wl.split(","):
+                raw = os.path.join(args.out, "raw", f"{name}__{config}.json")
+                if os.path.exists(raw):
+                    os.replace(raw, raw[:-len(".json")] + f".round{rnd}.json")
+    if args.rounds > 1:
+        merge_rounds(args.out, names, configs, args.rounds)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "commit": git_commit(), "tiny": args.tiny, "repeats": repeats, "isolate": isolate,
+        "rounds": args.rounds,
         "compile_backend": backend,
         "cold_caches": not args.warm_caches, "total_s": time.time() - started,
         "noise": noise,

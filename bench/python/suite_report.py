@@ -145,7 +145,10 @@ def markdown(report):
     configs = [c for c in LABELS if any(c in r["configs"] for r in rows.values())]
     lines = [f"# neuron-eager benchmark suite ({'tiny' if meta['tiny'] else 'full'} sizes)", "",
              f"{meta['date']}, commit {meta['commit']}, {meta['cpus']} CPUs, "
-             f"{meta['repeats']} repeats, medians (min-max) in ms per step; ratios are speedups "
+             f"{meta['repeats']} repeats"
+             + (f" x {meta['rounds']} rounds (configs rotated; each job's median round)"
+                if meta.get("rounds", 1) > 1 else "")
+             + ", medians (min-max) in ms per step; ratios are speedups "
              f"(higher is faster), taken within this run; torch.compile backend "
              f"{meta.get('compile_backend', 'inductor')}, compile caches "
              f"{'cold' if meta.get('cold_caches') else 'warm'}.", ""]

@@ -69,3 +69,35 @@ def test_suite_tiny(tmp_path):
     assert all(f"| {n}: " in md for n in names) and "## Targets" in md
     png = (tmp_path / "results.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_host_bound_bench(tmp_path):
+    out = tmp_path / "bound.json"
+    text = run("host_bound.py", "--tiny", "--only", "chain_small,adamw", "--json", str(out))
+    res = json.loads(out.read_text())
+    assert set(res) == {"chain_small", "adamw"}
+    for row in res.values():
+        assert row["cpu"]["step_ms"] > 0
+        for config in ("eager", "adaptive"):
+            assert 0 < row[config]["host_ms"] <= row[config]["step_ms"]
+            assert row[config]["ceiling_vs_cpu"] > 0
+    assert "ceiling/CPU" in text
+
+
+def test_suite_rounds_keep_each_jobs_median_round(tmp_path):
+    """--rounds N: every job runs N times; the round with the median step time stands for
+    the job (all rounds kept), and a failed round fails the job."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "python"))
+    import suite
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for r, (a, b) in enumerate([(3.0, 1.0), (1.0, 2.0), (2.0, 9.0)]):
+        (raw / f"w__cpu.round{r}.json").write_text(json.dumps({"ok": True, "median_ms": a, "r": r}))
+        (raw / f"w__eager.round{r}.json").write_text(
+            json.dumps({"ok": r != 1, "median_ms": b, "error": "boom"}))
+    suite.merge_rounds(str(tmp_path), ["w"], ["cpu", "eager"], 3)
+    cpu = json.loads((raw / "w__cpu.json").read_text())
+    assert cpu["median_ms"] == 2.0 and cpu["r"] == 2 and cpu["rounds_ms"] == [3.0, 1.0, 2.0]
+    eager = json.loads((raw / "w__eager.json").read_text())
+    assert eager["ok"] is False
