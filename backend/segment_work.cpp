@@ -125,12 +125,49 @@ void SegmentWork::run_foreach(const fusion::Step& step) {
   // kernels are elementwise (their bits do not depend on the thread count) and run on
   // one thread: measured on the AdamW step (100 x 128x128, 2 cores), 2 threads per
   // small kernel cost 21 ms per step, whole tensors split across 2 threads 16.4-16.9 ms,
-  // one thread 13.2-14.1 ms (the dispatching thread needs the other core).
+  // one thread 13.2-14.1 ms (the dispatching thread needs the other core). Sharing the
+  // tensors out among 2 threads once the host waits gained nothing either (8.2-9.1 ms
+  // per step both ways, 2026-12-01): each element op costs ~10 us of dispatch and
+  // TensorIterator set-up for 16K elements.
+  // Traced, each op's share of the group's time is an OpExecute nested in the segment:
+  // offline replay reads warm per-op costs from it (a fused key has no others).
+  const bool traced = trace::recording() && ops[step.first]->seq != 0;
+  const uint64_t start = traced ? trace::Recorder::instance().now_ns() : 0;
+  std::vector<uint64_t> op_ns(traced ? step.count : 0, 0);
+  auto run_one = [&](int64_t i, torch::jit::Stack& stack, std::vector<uint64_t>& ns) {
+    for (uint32_t k = step.first; k < step.first + step.count; ++k) {
+      if (!traced) {
+        ops[k]->run_element(static_cast<uint32_t>(i), stack);
+        continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      ops[k]->run_element(static_cast<uint32_t>(i), stack);
+      ns[k - step.first] += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    }
+  };
   set_item_threads_to(1);
   torch::jit::Stack stack;
-  for (int64_t i = 0; i < step.list; ++i)
-    for (uint32_t k = step.first; k < step.first + step.count; ++k)
-      ops[k]->run_element(static_cast<uint32_t>(i), stack);
+  for (int64_t i = 0; i < step.list; ++i) run_one(i, stack, op_ns);
+  if (!traced || !trace::recording()) return;
+  // Each op's share of the group's wall time, laid end to end inside it.
+  auto& rec = trace::Recorder::instance();
+  const uint64_t wall = rec.now_ns() - start;
+  const double sum = static_cast<double>(std::accumulate(op_ns.begin(), op_ns.end(), uint64_t{0}));
+  uint64_t at = start;
+  for (uint32_t k = 0; k < step.count; ++k) {
+    const OpWork& op = *ops[step.first + k];
+    trace::Event e;
+    e.time_ns = at;
+    e.duration_ns = sum > 0 ? static_cast<uint64_t>(static_cast<double>(wall) * static_cast<double>(op_ns[k]) / sum) : 0;
+    e.kind = static_cast<uint8_t>(trace::EventKind::kOpExecute);
+    e.seq = op.seq;
+    e.op = op.record.op;
+    e.core = op.core;
+    e.stream = op.stream;
+    rec.emit(e);
+    at += e.duration_ns;
+  }
 }
 
 void SegmentWork::run() {
