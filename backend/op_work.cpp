@@ -189,6 +189,18 @@ void OpWork::build_stack(torch::jit::Stack& stack, bool with_outputs) const {
   }
 }
 
+void emit_op_execute(const OpWork& work, uint64_t time_ns, uint64_t duration_ns) {
+  trace::Event e;
+  e.time_ns = time_ns;
+  e.duration_ns = duration_ns;
+  e.kind = static_cast<uint8_t>(trace::EventKind::kOpExecute);
+  e.seq = work.seq;
+  e.op = work.record.op;
+  e.core = work.core;
+  e.stream = work.stream;
+  trace::Recorder::instance().emit(e);
+}
+
 namespace {
 
 // Emits the OpExecute event of a traced op when the run ends (also on failure).
@@ -203,16 +215,7 @@ struct ExecuteEvent {
   }
   ~ExecuteEvent() {
     if (start == 0 || !trace::recording()) return;
-    auto& rec = trace::Recorder::instance();
-    trace::Event e;
-    e.time_ns = start;
-    e.duration_ns = rec.now_ns() - start;
-    e.kind = static_cast<uint8_t>(trace::EventKind::kOpExecute);
-    e.seq = work.seq;
-    e.op = work.record.op;
-    e.core = work.core;
-    e.stream = work.stream;
-    rec.emit(e);
+    emit_op_execute(work, start, trace::Recorder::instance().now_ns() - start);
   }
 };
 

@@ -78,6 +78,9 @@ void set_large_item_threads(int threads);
 // bits do not depend on the count, such as elementwise kernels); the next
 // set_item_threads() restores the usual count.
 void set_item_threads_to(int threads);
+// Emits a traced op's OpExecute event (recording must be on).
+class OpWork;
+void emit_op_execute(const OpWork& work, uint64_t time_ns, uint64_t duration_ns);
 // True when an elementwise kernel over `numel` contiguous elements gives the same bits
 // at any thread count up to CPU eager's: however ATen splits it (kernels choose their own
 // grain), every chunk is a whole multiple of 64 elements, so vector tails fall where one

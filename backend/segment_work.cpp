@@ -156,17 +156,9 @@ void SegmentWork::run_foreach(const fusion::Step& step) {
   const double sum = static_cast<double>(std::accumulate(op_ns.begin(), op_ns.end(), uint64_t{0}));
   uint64_t at = start;
   for (uint32_t k = 0; k < step.count; ++k) {
-    const OpWork& op = *ops[step.first + k];
-    trace::Event e;
-    e.time_ns = at;
-    e.duration_ns = sum > 0 ? static_cast<uint64_t>(static_cast<double>(wall) * static_cast<double>(op_ns[k]) / sum) : 0;
-    e.kind = static_cast<uint8_t>(trace::EventKind::kOpExecute);
-    e.seq = op.seq;
-    e.op = op.record.op;
-    e.core = op.core;
-    e.stream = op.stream;
-    rec.emit(e);
-    at += e.duration_ns;
+    const uint64_t ns = sum > 0 ? static_cast<uint64_t>(static_cast<double>(wall) * static_cast<double>(op_ns[k]) / sum) : 0;
+    emit_op_execute(*ops[step.first + k], at, ns);
+    at += ns;
   }
 }
 
