@@ -134,7 +134,9 @@ void SegmentWork::run_foreach(const fusion::Step& step) {
   const bool traced = trace::recording() && ops[step.first]->seq != 0;
   const uint64_t start = traced ? trace::Recorder::instance().now_ns() : 0;
   std::vector<uint64_t> op_ns(traced ? step.count : 0, 0);
-  auto run_one = [&](int64_t i, torch::jit::Stack& stack, std::vector<uint64_t>& ns) {
+  set_item_threads_to(1);
+  torch::jit::Stack stack;
+  for (int64_t i = 0; i < step.list; ++i)
     for (uint32_t k = step.first; k < step.first + step.count; ++k) {
       if (!traced) {
         ops[k]->run_element(static_cast<uint32_t>(i), stack);
@@ -142,13 +144,9 @@ void SegmentWork::run_foreach(const fusion::Step& step) {
       }
       const auto t0 = std::chrono::steady_clock::now();
       ops[k]->run_element(static_cast<uint32_t>(i), stack);
-      ns[k - step.first] += static_cast<uint64_t>(
+      op_ns[k - step.first] += static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     }
-  };
-  set_item_threads_to(1);
-  torch::jit::Stack stack;
-  for (int64_t i = 0; i < step.list; ++i) run_one(i, stack, op_ns);
   if (!traced || !trace::recording()) return;
   // Each op's share of the group's wall time, laid end to end inside it.
   auto& rec = trace::Recorder::instance();

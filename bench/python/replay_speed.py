@@ -30,8 +30,11 @@ def record(path, ops):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--ops", type=int, default=1_000_000)
-    p.add_argument("--trace", default="replay-speed.ntrace")
+    p.add_argument("--trace", default=os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "replay-speed.ntrace"),
+        help="trace file (recorded if missing); default under bench/results/, which git ignores")
     args = p.parse_args()
+    os.makedirs(os.path.dirname(os.path.abspath(args.trace)), exist_ok=True)
     if not os.path.exists(args.trace):
         t = time.perf_counter()
         record(args.trace, args.ops)
