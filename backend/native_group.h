@@ -20,6 +20,8 @@
 namespace neuron::backend {
 
 struct NativeBinding {
+  // Foreach groups bind element i of every list: the input tensor `index + i`, output i,
+  // and element i of a per-tensor scalar list.
   struct Pointer {
     uint32_t op = 0;      // op of the group (0-based)
     bool output = false;  // the op's output, else its input tensor `index`
@@ -32,6 +34,17 @@ struct NativeBinding {
   };
   std::vector<Pointer> pointers;
   std::vector<Scalar> scalars;
+  // Foreach groups: every tensor the ops name, with the pointer the kernel reads it
+  // through, so each run can check that element i aliases as element 0 did.
+  std::vector<std::pair<Pointer, uint32_t>> refs;
+  std::vector<bool> written;  // per pointer: the group writes it
+};
+
+// Copies, taken before tier 1 runs a foreach group on trial, of everything the group
+// writes (its ops update tensors in place): tier 2 then runs on them.
+struct ForeachSnapshot {
+  std::vector<char*> addresses;  // per element, per pointer: the copy, or null (read only)
+  std::vector<at::Tensor> buffers;
 };
 
 struct NativeCounters {
@@ -55,7 +68,10 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
   // 1 and then calls after_tier1 with its time).
   bool try_run(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step);
   void after_tier1(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
-                   uint64_t tier1_ns);
+                   uint64_t tier1_ns, const ForeachSnapshot* snapshot = nullptr);
+  // Foreach groups on trial: the copies tier 2 will run on (null when not on trial).
+  std::unique_ptr<ForeachSnapshot> before_tier1(const std::vector<std::unique_ptr<OpWork>>& ops,
+                                                const fusion::Step& step);
   State state() const { return static_cast<State>(state_.load()); }
 
   // Tier 1 runs a group tile by tile, or its ops one after the other on whole tensors
@@ -66,6 +82,15 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
  private:
   bool build_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                   fusion::KernelSpec& spec, std::string& why_not);
+  bool build_foreach_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+                          fusion::KernelSpec& spec, std::string& why_not);
+  // Runs the kernel on every element of the lists whose tensors alias as the spec's do
+  // (the others run on tier 1); `override` replaces addresses (trials).
+  void run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+                          const ForeachSnapshot* override);
+  void trial_foreach(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
+                     uint64_t tier1_ns, const ForeachSnapshot& snapshot);
+  void judge(uint64_t tier1_ns, uint64_t tier2_ns);
   void request(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step);
   void run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                   const std::vector<char*>* output_override);

@@ -247,6 +247,26 @@ void set_item_threads(bool free, int64_t elements) {
   set_item_threads_to(spread ? cpu : 1);
 }
 
+void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit) {
+  const int cpu = g_large_threads.load(std::memory_order_relaxed);
+  const Stream* stream = Stream::current_worker_stream();
+  std::atomic<int64_t> next{0};
+  auto share = [&] {
+    for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n; u = next.fetch_add(1, std::memory_order_relaxed))
+      unit(u);
+  };
+  set_item_threads_to(1);
+  while (next.load(std::memory_order_relaxed) < n) {
+    if (cpu > 1 && stream != nullptr && n - next.load(std::memory_order_relaxed) > 1 && stream->host_needs_threads()) {
+      set_item_threads_to(cpu);
+      at::parallel_for(0, cpu, 1, [&](int64_t, int64_t) { share(); });
+      return;
+    }
+    const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
+    if (u < n) unit(u);
+  }
+}
+
 bool elementwise_split_free(int64_t numel) {
   // ATen splits [0, numel) into p chunks of ceil(numel / p), p up to the thread count
   // (kernels pick their own grain, so any p may occur).

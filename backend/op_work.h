@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/FunctionRef.h>
 
 #include <atomic>
 #include <optional>
@@ -74,6 +75,12 @@ enum class ThreadRule : uint8_t {
 void set_item_threads(bool free, int64_t elements);
 constexpr int64_t kSpreadElements = int64_t{1} << 18;
 void set_large_item_threads(int threads);
+// Runs units [0, n) of work whose bits do not depend on which thread runs a unit: on
+// this worker thread alone while the host is busy, then, as soon as a host thread waits
+// for this stream (or the stream is far behind), on CPU eager's count of threads, which
+// share the units left one by one. (A split fixed at the start would keep one core idle
+// for the rest of the item, or make the host wait for a time slice.)
+void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit);
 // Exactly this many intra-op threads for the next kernels on this worker (for work whose
 // bits do not depend on the count, such as elementwise kernels); the next
 // set_item_threads() restores the usual count.

@@ -182,7 +182,21 @@ void SegmentWork::run() {
       }
       // A kernel error here is the op's own error (as per op, it surfaces at the next
       // sync); rerunning would apply in-place updates twice.
+      NativeGroup* native = i < natives.size() ? natives[i].get() : nullptr;
+      if (native != nullptr) {
+        native->before_first_run(ops, step);
+        if (native->try_run(ops, step)) continue;
+      }
+      const std::unique_ptr<ForeachSnapshot> snapshot = native ? native->before_tier1(ops, step) : nullptr;
+      const auto t0 = std::chrono::steady_clock::now();
       run_foreach(step);
+      if (native == nullptr) continue;
+      const auto tier1_ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      try {
+        native->after_tier1(ops, step, tier1_ns, snapshot.get());  // tier 2 bookkeeping only
+      } catch (const std::exception&) {
+      }
       continue;
     }
     NativeGroup* native = i < natives.size() ? natives[i].get() : nullptr;

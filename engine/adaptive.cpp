@@ -126,7 +126,7 @@ void configure_native_once() {
     else
       o.flags.insert(o.flags.end(), {"-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"});
     o.version = std::string("neuron-eager ") + NEURON_VERSION + " torch " + NEURON_TORCH_VERSION +
-                " codegen 1";
+                " codegen 2";
     fusion::NativeCompiler::instance().configure(std::move(o));
   });
 }
@@ -341,7 +341,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
         {
           if (policy.tier != fusion::Tier::kInstant) configure_native_once();
           for (const auto& step : program->steps)
-            rp->natives.push_back(step.kind == fusion::Step::kTileGroup
+            rp->natives.push_back(step.kind != fusion::Step::kExtern
                                       ? std::make_shared<backend::NativeGroup>(policy, segment.key)
                                       : nullptr);
         }

@@ -1,5 +1,6 @@
 #include "fusion/codegen.h"
 
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 
@@ -10,14 +11,17 @@ namespace {
 // one tail element. $0..$3 are the schema arguments. Each mirrors the kernel's own text
 // (operation order matters for bits): BinaryOpsKernel, UnaryOpsKernel, Activation,
 // GeluKernel, PointwiseOpsKernel and the ufunc add in ATen. Only ops checked bit for bit
-// against ATen (tests/python/test_native.py) are listed: exp, log, sin, cos, tanh, erf and
-// sqrt go through MKL's vector math in ATen, and float32 gelu through oneDNN, so they are
-// left to tier 1.
+// against ATen (tests/python/test_native.py) are listed. sqrt goes through MKL's vector
+// math in ATen and so it does here; exp, log, sin, cos, tanh and erf do too but are not
+// checked yet, and float32 gelu goes through oneDNN: those are left to tier 1.
 struct Formula {
   const char* vec;
   const char* scalar;
   int arity;
   bool float32 = true;  // false: ATen's float32 kernel is not this formula (double only)
+  // ATen runs the op through MKL's vector math (at::vml, high-accuracy mode): the kernel
+  // calls the same MKL function (libtorch_cpu exports it) on blocks of elements.
+  const char* vml = nullptr;
 };
 
 const std::unordered_map<std::string, Formula>& formulas() {
@@ -68,6 +72,16 @@ const std::unordered_map<std::string, Formula>& formulas() {
       {"aten::clamp_min", {"at::vec::clamp_min($0, $1)", "std::max($0, $1)", 2}},
       {"aten::clamp_max", {"at::vec::clamp_max($0, $1)", "std::min($0, $1)", 2}},
       {"aten::addcmul", {"$0 + $3 * $1 * $2", "$0 + $3 * $1 * $2", 4}},
+      // lerp(self, end, weight) with a scalar weight (LerpKernel: lerp_vec / lerp).
+      {"aten::lerp.Scalar",
+       {"at::vec::fmadd(Vec::blendv($2 - Vec(T(1)), $2, $2.abs() < Vec(T(0.5))), $1 - $0, "
+        "Vec::blendv($1, $0, $2.abs() < Vec(T(0.5))))",
+        "(std::abs($2) < T(0.5)) ? $0 + $2 * ($1 - $0) : $1 - ($1 - $0) * (T(1) - $2)", 3}},
+      // A tensor plus or minus a scalar (add/sub with alpha 1: fmadd(b, 1, a) rounds once,
+      // as a + b does).
+      {"neuron::add_scalar", {"$0 + $1", "$0 + $1", 2}},
+      {"neuron::sub_scalar", {"$0 - $1", "$0 - $1", 2}},
+      {"aten::sqrt", {"", "", 1, true, "Sqrt"}},
       {"aten::addcdiv", {"$0 + $3 * $1 / $2", "$0 + $3 * $1 / $2", 4}},
   };
   return f;
@@ -95,13 +109,21 @@ bool native_op_supported(const std::string& name, ElemType type) {
 
 std::optional<std::string> generate_kernel_source(const KernelSpec& spec, std::string& why_not) {
   const char* type = spec.type == ElemType::kFloat32 ? "float" : "double";
-  std::ostringstream pre, vec_body, tail_body, loads_vec, loads_tail;
-  std::vector<bool> input_used(static_cast<size_t>(spec.pointers), false);
+  const size_t n_ops = spec.ops.size();
+  const auto n_ptrs = static_cast<size_t>(spec.pointers);
   std::vector<bool> scalar_used(static_cast<size_t>(spec.scalars), false);
-  std::vector<bool> scalar_input_used(static_cast<size_t>(spec.pointers), false);
+  std::vector<bool> scalar_input_used(n_ptrs, false);
 
-  std::vector<std::string> vargs, sargs;
-  for (size_t k = 0; k < spec.ops.size(); ++k) {
+  // Ops computed in registers form stages; an op through MKL (vml) runs on a whole block
+  // between two stages. Positions order them: stage s is 2s, a vml op after stage s is
+  // 2s + 1. Values that cross a position live in a block buffer b<k>.
+  std::vector<const Formula*> fs(n_ops);
+  std::vector<int> pos(n_ops);
+  std::vector<std::vector<std::string>> vargs(n_ops), sargs(n_ops);
+  std::vector<std::vector<int>> value_args(n_ops);  // ops whose values op k reads
+  std::vector<std::vector<int>> input_args(n_ops);  // pointers op k loads
+  int stages = 1;
+  for (size_t k = 0; k < n_ops; ++k) {
     const KernelOp& op = spec.ops[k];
     auto it = formulas().find(op.name);
     if (it == formulas().end()) {
@@ -126,8 +148,15 @@ std::optional<std::string> generate_kernel_source(const KernelSpec& spec, std::s
       why_not = op.name + ": expected " + std::to_string(f.arity) + " arguments";
       return std::nullopt;
     }
-    vargs.assign(static_cast<size_t>(f.arity), "");
-    sargs.assign(static_cast<size_t>(f.arity), "");
+    fs[k] = &f;
+    if (f.vml) {
+      pos[k] = 2 * (stages - 1) + 1;
+      ++stages;
+    } else {
+      pos[k] = 2 * (stages - 1);
+    }
+    vargs[k].assign(static_cast<size_t>(f.arity), "");
+    sargs[k].assign(static_cast<size_t>(f.arity), "");
     for (int a = 0; a < f.arity; ++a) {
       const KernelArg& arg = op.args[static_cast<size_t>(a)];
       const size_t i = static_cast<size_t>(arg.index);
@@ -137,79 +166,182 @@ std::optional<std::string> generate_kernel_source(const KernelSpec& spec, std::s
             why_not = op.name + ": reads a value not computed yet";
             return std::nullopt;
           }
-          vargs[a] = "r" + std::to_string(arg.index);
-          sargs[a] = "q" + std::to_string(arg.index);
+          vargs[k][a] = "r" + std::to_string(arg.index);
+          sargs[k][a] = "q" + std::to_string(arg.index);
+          value_args[k].push_back(arg.index);
           break;
         case KernelArg::kInput:
-          if (i >= input_used.size()) return why_not = "pointer index out of range", std::nullopt;
-          input_used[i] = true;
-          vargs[a] = "x" + std::to_string(i);
-          sargs[a] = "y" + std::to_string(i);
+          if (arg.index < 0 || i >= n_ptrs) return why_not = "pointer index out of range", std::nullopt;
+          vargs[k][a] = "x" + std::to_string(i);
+          sargs[k][a] = "y" + std::to_string(i);
+          input_args[k].push_back(arg.index);
           break;
         case KernelArg::kScalarInput:
-          if (i >= scalar_input_used.size()) return why_not = "pointer index out of range", std::nullopt;
+          if (arg.index < 0 || i >= n_ptrs) return why_not = "pointer index out of range", std::nullopt;
           scalar_input_used[i] = true;
-          vargs[a] = "vc" + std::to_string(i);
-          sargs[a] = "c" + std::to_string(i);
+          vargs[k][a] = "vc" + std::to_string(i);
+          sargs[k][a] = "c" + std::to_string(i);
           break;
         case KernelArg::kScalar:
-          if (i >= scalar_used.size()) return why_not = "scalar index out of range", std::nullopt;
+          if (arg.index < 0 || i >= scalar_used.size()) return why_not = "scalar index out of range", std::nullopt;
           scalar_used[i] = true;
-          vargs[a] = "vs" + std::to_string(i);
-          sargs[a] = "s" + std::to_string(i);
+          vargs[k][a] = "vs" + std::to_string(i);
+          sargs[k][a] = "s" + std::to_string(i);
           break;
         case KernelArg::kConst:
           why_not = op.name + ": argument " + std::to_string(a) + " must be a tensor or scalar";
           return std::nullopt;
       }
     }
-    vec_body << "      const Vec r" << k << " = " << substitute(f.vec, vargs) << ";\n";
-    tail_body << "    const T q" << k << " = static_cast<T>(" << substitute(f.scalar, sargs)
-              << ");\n";
-    if (op.store >= 0) {
-      if (op.store >= spec.pointers) return why_not = "store index out of range", std::nullopt;
-      vec_body << "      r" << k << ".store(p" << op.store << " + j);\n";
-      tail_body << "    p" << op.store << "[i] = q" << k << ";\n";
+    if (f.vml && value_args[k].size() + input_args[k].size() != 1) {
+      why_not = op.name + ": its operand must be a full-size tensor";
+      return std::nullopt;
+    }
+    if (op.store >= spec.pointers) return why_not = "store index out of range", std::nullopt;
+  }
+  // Buffered values, and a check that no pointer is loaded after an earlier position
+  // stored to it (the load would see the new value).
+  std::vector<bool> buffered(n_ops, false);
+  std::vector<int> first_store(n_ptrs, 1 << 30);
+  for (size_t k = 0; k < n_ops; ++k) {
+    if (fs[k]->vml) buffered[k] = true;
+    for (int v : value_args[k])
+      if (pos[static_cast<size_t>(v)] != pos[k] || fs[k]->vml) buffered[static_cast<size_t>(v)] = true;
+    for (int p : input_args[k])
+      if (first_store[static_cast<size_t>(p)] < pos[k]) {
+        why_not = spec.ops[k].name + ": reads an operand that an earlier block step overwrote";
+        return std::nullopt;
+      }
+    if (spec.ops[k].store >= 0) {
+      int& fst = first_store[static_cast<size_t>(spec.ops[k].store)];
+      fst = std::min(fst, pos[k]);
     }
   }
 
+  std::ostringstream pre;
   for (int32_t i = 0; i < spec.scalars; ++i)
     if (scalar_used[static_cast<size_t>(i)])
       pre << "  const T s" << i << " = static_cast<T>(scalars[" << i << "]);\n  const Vec vs" << i
           << "(s" << i << ");\n";
   for (int32_t i = 0; i < spec.pointers; ++i) {
-    const size_t u = static_cast<size_t>(i);
     pre << "  T* const p" << i << " = reinterpret_cast<T*>(ptrs[" << i << "]);\n";
-    if (scalar_input_used[u])
+    if (scalar_input_used[static_cast<size_t>(i)])
       pre << "  const T c" << i << " = *p" << i << ";\n  const Vec vc" << i << "(c" << i << ");\n";
-    if (input_used[u]) {
-      loads_vec << "      const Vec x" << i << " = Vec::loadu(p" << i << " + j);\n";
-      loads_tail << "    const T y" << i << " = p" << i << "[i];\n";
-    }
   }
+
+  // The loop over elements [lo, hi) for the register ops at position `at`: two vectors per
+  // step and a scalar tail, as ATen's vectorized loop does. `off` is the block's first
+  // element (buffers are indexed from it).
+  auto emit_stage = [&](std::ostringstream& out, int at, const char* lo, const char* hi,
+                        const std::string& ind) {
+    std::ostringstream loads_vec, loads_tail, vec_body, tail_body;
+    std::vector<bool> loaded(n_ptrs, false), value_loaded(n_ops, false);
+    bool any = false;
+    for (size_t k = 0; k < n_ops; ++k) {
+      if (pos[k] != at || fs[k]->vml) continue;
+      any = true;
+      for (int p : input_args[k])
+        if (!loaded[static_cast<size_t>(p)]) {
+          loaded[static_cast<size_t>(p)] = true;
+          loads_vec << ind << "      const Vec x" << p << " = Vec::loadu(p" << p << " + j);\n";
+          loads_tail << ind << "    const T y" << p << " = p" << p << "[i];\n";
+        }
+      for (int v : value_args[k]) {
+        const auto u = static_cast<size_t>(v);
+        if (pos[u] == at || value_loaded[u]) continue;
+        value_loaded[u] = true;
+        loads_vec << ind << "      const Vec r" << v << " = Vec::loadu(b" << v << " + (j - " << lo << "));\n";
+        loads_tail << ind << "    const T q" << v << " = b" << v << "[i - " << lo << "];\n";
+      }
+      vec_body << ind << "      const Vec r" << k << " = keep(" << substitute(fs[k]->vec, vargs[k]) << ");\n";
+      tail_body << ind << "    const T q" << k << " = keep(static_cast<T>(" << substitute(fs[k]->scalar, sargs[k]) << "));\n";
+      if (spec.ops[k].store >= 0) {
+        vec_body << ind << "      r" << k << ".store(p" << spec.ops[k].store << " + j);\n";
+        tail_body << ind << "    p" << spec.ops[k].store << "[i] = q" << k << ";\n";
+      }
+      if (buffered[k]) {
+        vec_body << ind << "      r" << k << ".store(b" << k << " + (j - " << lo << "));\n";
+        tail_body << ind << "    b" << k << "[i - " << lo << "] = q" << k << ";\n";
+      }
+    }
+    if (!any) return;
+    out << ind << "  int64_t i = " << lo << ";\n"
+        << ind << "  // Two vectors per step and a scalar tail, as ATen's vectorized loop does.\n"
+        << ind << "  for (; i + 2 * Vec::size() <= " << hi << "; i += 2 * Vec::size()) {\n"
+        << ind << "    for (int64_t h = 0; h < 2; ++h) {\n"
+        << ind << "      const int64_t j = i + h * Vec::size();\n"
+        << loads_vec.str() << vec_body.str() << ind << "    }\n" << ind << "  }\n"
+        << ind << "  for (; i < " << hi << "; ++i) {\n"
+        << loads_tail.str() << tail_body.str() << ind << "  }\n";
+  };
 
   std::ostringstream src;
   src << "// generated by neuron-eager (fusion/codegen.cpp); do not edit\n"
          "#include <ATen/cpu/vec/vec.h>\n"
          "#include <ATen/cpu/vec/functional.h>\n"
-         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <limits>\n"
+         "#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstring>\n#include <limits>\n#include <type_traits>\n"
          "namespace {\nusing T = "
       << type
-      << ";\nusing Vec = at::vec::Vectorized<T>;\n}\n"
-         "extern \"C\" __attribute__((visibility(\"default\"))) void "
-      << kNativeSymbol
+      << ";\nusing Vec = at::vec::Vectorized<T>;\n"
+         "// Each op's result rounded as ATen's own kernel leaves it: the compiler contracts a\n"
+         "// multiply and an add inside one op's expression (ATen's kernels are built that\n"
+         "// way), never across two ops (ATen runs them as separate kernels).\n"
+         "#if defined(CPU_CAPABILITY_AVX512)\n"
+         "using Raw = std::conditional_t<std::is_same_v<T, float>, __m512, __m512d>;\n"
+         "inline Vec keep(Vec v) { Raw r = v; __asm__(\"\" : \"+v\"(r)); return Vec(r); }\n"
+         "#elif defined(CPU_CAPABILITY_AVX2)\n"
+         "using Raw = std::conditional_t<std::is_same_v<T, float>, __m256, __m256d>;\n"
+         "inline Vec keep(Vec v) { Raw r = v; __asm__(\"\" : \"+x\"(r)); return Vec(r); }\n"
+         "#else\n"
+         "inline Vec keep(Vec v) { __asm__(\"\" : \"+m\"(v)); return v; }\n"
+         "#endif\n"
+         "inline T keep(T s) { __asm__(\"\" : \"+m\"(s)); return s; }\n"
+         "}\n";
+  if (stages > 1) {
+    // MKL's vector math as at::vml calls it: high accuracy, denormals kept, no errno. n is
+    // passed as 64 bits so LP64 and ILP64 builds both read it right.
+    const char prefix = spec.type == ElemType::kFloat32 ? 's' : 'd';
+    std::vector<std::string> declared;
+    for (size_t k = 0; k < n_ops; ++k)
+      if (fs[k]->vml && std::find(declared.begin(), declared.end(), fs[k]->vml) == declared.end()) {
+        declared.push_back(fs[k]->vml);
+        src << "extern \"C\" void vm" << prefix << fs[k]->vml << "(int64_t n, const T* a, T* r, int64_t mode);\n";
+      }
+  }
+  src << "extern \"C\" __attribute__((visibility(\"default\"))) void " << kNativeSymbol
       << "(int64_t begin, int64_t end, char* const* ptrs, const double* scalars) {\n"
          "  (void)scalars;\n"
-      << pre.str()
-      << "  int64_t i = begin;\n"
-         "  // Two vectors per step and a scalar tail, as ATen's vectorized loop does.\n"
-         "  for (; i + 2 * Vec::size() <= end; i += 2 * Vec::size()) {\n"
-         "    for (int64_t h = 0; h < 2; ++h) {\n"
-         "      const int64_t j = i + h * Vec::size();\n"
-      << loads_vec.str() << vec_body.str()
-      << "    }\n  }\n"
-         "  for (; i < end; ++i) {\n"
-      << loads_tail.str() << tail_body.str() << "  }\n}\n";
+      << pre.str();
+  if (stages == 1) {
+    emit_stage(src, 0, "begin", "end", "");
+    src << "}\n";
+    return src.str();
+  }
+  // Blocks of a multiple of 64 elements, so vector tails fall only at the end, where
+  // ATen's do.
+  src << "  constexpr int64_t B = 1024;\n";
+  for (size_t k = 0; k < n_ops; ++k)
+    if (buffered[k]) src << "  alignas(64) T b" << k << "[B];\n";
+  src << "  for (int64_t blo = begin; blo < end; blo += B) {\n"
+         "    const int64_t bhi = std::min(end, blo + B);\n";
+  for (int at = 0; at < 2 * stages - 1; ++at) {
+    if (at % 2 == 0) {
+      src << "    {\n";
+      emit_stage(src, at, "blo", "bhi", "    ");
+      src << "    }\n";
+      continue;
+    }
+    for (size_t k = 0; k < n_ops; ++k) {
+      if (pos[k] != at) continue;
+      const std::string in = value_args[k].empty() ? "p" + std::to_string(input_args[k][0]) + " + blo"
+                                                   : "b" + std::to_string(value_args[k][0]);
+      src << "    vm" << (spec.type == ElemType::kFloat32 ? 's' : 'd') << fs[k]->vml << "(bhi - blo, " << in
+          << ", b" << k << ", 0x2 | 0x140000 | 0x100);\n";
+      if (spec.ops[k].store >= 0)
+        src << "    std::memcpy(p" << spec.ops[k].store << " + blo, b" << k << ", (bhi - blo) * sizeof(T));\n";
+    }
+  }
+  src << "  }\n}\n";
   return src.str();
 }
 

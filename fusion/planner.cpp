@@ -49,7 +49,19 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
       while (j < ops.size() && fits(ops[j])) ++j;
       if (j - i >= std::max<uint32_t>(min_group, 2)) {
         Step group{Step::kForeachGroup, i, j - i, {}, 0, 0, n};
-        for (uint32_t k = i; k < j; ++k) group.scratch.emplace_back(ops[k].outputs.size(), false);
+        // A fresh output used only inside the group and dead afterwards (a temporary
+        // list, as AdamW's square roots) need not reach memory.
+        for (uint32_t k = i; k < j; ++k) {
+          std::vector<bool> scratch;
+          for (size_t o = 0; o < ops[k].outputs.size(); ++o) {
+            const bool alive = o < ops[k].alive.size() ? ops[k].alive[o] : true;
+            auto lu = last_use.find(ops[k].outputs[o]);
+            const bool s = !alive && lu != last_use.end() && lu->second > k && lu->second < j;
+            scratch.push_back(s);
+            program.scratch_values += s ? 1 : 0;
+          }
+          group.scratch.push_back(std::move(scratch));
+        }
         program.fused_ops += j - i;
         program.steps.push_back(std::move(group));
         i = j;

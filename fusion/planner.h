@@ -35,7 +35,8 @@ struct Step {
   uint32_t first = 0;  // ops [first, first + count)
   uint32_t count = 1;
   // Tile groups: per op, per output: true when only a tile-sized scratch buffer is needed
-  // (the value dies inside the group and nobody reads it later).
+  // (the value dies inside the group and nobody reads it later). Foreach groups: true for
+  // a fresh output that dies inside the group (tier 1 still writes it; tier 2 need not).
   std::vector<std::vector<bool>> scratch;
   int64_t numel = 0;
   int64_t row = 0;  // tiles are whole rows of this length (0: any multiple of 64 elements)

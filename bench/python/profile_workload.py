@@ -16,7 +16,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_worker import config_setup  # noqa: E402
+from suite_worker import config_setup, settle_adaptive  # noqa: E402
 from suite_workloads import all_workloads  # noqa: E402
 
 
@@ -43,6 +43,8 @@ def main():
         sync()
 
     steps(args.warmup)
+    if args.config == "adaptive":
+        settle_adaptive(run, sync, [])  # background builds done, as in the suite
     neuron = device == "neuron"
     if neuron:
         import neuron_eager

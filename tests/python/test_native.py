@@ -135,3 +135,24 @@ def test_random_programs_on_tier2_match_cpu_bit_for_bit(tmp_path):
     assert r["mismatches"] == [], r
     assert c["native_rejected_mismatch"] == 0, c
     assert c["native_built"] >= 8 and c["native_runs"] > 0, c
+
+
+def test_foreach_groups_on_tier2_match_cpu_bit_for_bit(tmp_path):
+    """Foreach groups (optimizer updates, in place, functional temporaries, MKL's sqrt)
+    get one kernel per list element: every case equals CPU after every run (the first
+    runs on tier 1, then the kernel, checked against tier 1 on copies of the state),
+    none is rejected for differing, and each case runs its kernel in some dtype; lists
+    with non-contiguous operands keep tier 1."""
+    e = dict(os.environ, NEURON_CACHE_DIR=str(tmp_path))
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("foreach_native_diff.py"))],
+                       env=e, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    for case, per_dtype in r.items():
+        for dtype, c in per_dtype.items():
+            assert c["equal"], (case, dtype, c)
+            assert c["rejected_mismatch"] == 0, (case, dtype, c)
+        if case == "noncontiguous":
+            assert all(c["unsupported"] >= 1 and c["runs"] == 0 for c in per_dtype.values()), r[case]
+        else:
+            assert any(c["accepted"] >= 1 and c["runs"] > 0 for c in per_dtype.values()), (case, per_dtype)
