@@ -405,6 +405,7 @@ void NativeGroup::run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>&
   // Large tensors are cut into pieces (a multiple of 64 elements, so vector tails fall at
   // each tensor's end) to spread them over threads.
   constexpr int64_t kPiece = int64_t{1} << 16;
+  int64_t elements = 0;
   for (uint32_t i = 0; i < list; ++i) {
     const int64_t n = bind_element(ops, step, binding_, dtype, i, &ptrs[i * np]);
     if (n < 0) {
@@ -420,13 +421,18 @@ void NativeGroup::run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>&
       scalars[i * ns + s] = scalar_value(v.isList() ? v.toListRef()[i] : v);
     }
     for (int64_t lo = 0; lo < n; lo += kPiece) units.push_back({i, lo, std::min(n, lo + kPiece)});
+    elements += n;
   }
   char** const P = ptrs.data();
   const double* const S = scalars.data();
   const Unit* const U = units.data();
-  run_free_units(static_cast<int64_t>(units.size()), [&](int64_t u) {
-    fn(U[u].begin, U[u].end, P + U[u].element * np, S + U[u].element * ns);
-  });
+  auto unit = [&](int64_t u) { fn(U[u].begin, U[u].end, P + U[u].element * np, S + U[u].element * ns); };
+  if (elements * static_cast<int64_t>(np) < kSpreadElements) {  // not worth waking a helper
+    set_item_threads_to(1);
+    for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) unit(u);
+  } else {
+    run_free_units(static_cast<int64_t>(units.size()), unit);
+  }
   if (override != nullptr) return;  // a trial: tier 1 ran every element already
   // Elements that alias otherwise run their ops on tier 1 (elements are independent).
   torch::jit::Stack stack;
@@ -556,10 +562,14 @@ void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,
   const int64_t numel = step.numel;
   const int64_t tile = native_tile(numel);
   const int64_t tiles = (numel + tile - 1) / tile;
-  set_item_threads(true, numel * static_cast<int64_t>(ptrs.size()));  // tiles never depend on the thread count
-  at::parallel_for(0, tiles, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data());
-  });
+  // Tiles never depend on the thread count. Small groups stay on this thread (waking a
+  // helper costs more than they take); larger ones spread once the host waits.
+  if (numel * static_cast<int64_t>(ptrs.size()) < kSpreadElements) {
+    set_item_threads_to(1);
+    for (int64_t t = 0; t < tiles; ++t) fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data());
+    return;
+  }
+  run_free_units(tiles, [&](int64_t t) { fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data()); });
 }
 
 void NativeGroup::before_first_run(const std::vector<std::unique_ptr<OpWork>>& ops,
