@@ -101,3 +101,9 @@ def test_suite_rounds_keep_each_jobs_median_round(tmp_path):
     assert cpu["median_ms"] == 2.0 and cpu["r"] == 2 and cpu["rounds_ms"] == [3.0, 1.0, 2.0]
     eager = json.loads((raw / "w__eager.json").read_text())
     assert eager["ok"] is False
+
+
+def test_omp_teams_bench():
+    text = run("omp_teams.py", "--size", "8,16,16", "--calls", "20", "--repeats", "1")
+    lines = [l for l in text.splitlines() if l.startswith("2-thread mm 8x16x16")]
+    assert len(lines) == 3 and "x the main thread" in lines[2], text
