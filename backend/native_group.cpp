@@ -483,13 +483,7 @@ void NativeGroup::trial_foreach(const std::vector<std::unique_ptr<OpWork>>& ops,
       for (int64_t e = 0; e < n && equal; ++e) equal = same_value(ptrs[p] + e * elem, got + e * elem, type_);
     }
   }
-  if (!equal) {
-    state_.store(kRejected);
-    g_rejected_mismatch.fetch_add(1);
-    tier2_note(segment_key_, "rejected: results differ from tier 1 (kernel " + kernel_key_ + ")");
-    return;
-  }
-  judge(tier1_ns, tier2_ns);
+  judge(equal, tier1_ns, tier2_ns);
 }
 
 void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
@@ -627,17 +621,18 @@ void NativeGroup::trial(const std::vector<std::unique_ptr<OpWork>>& ops, const f
     for (int64_t i = 0; i < step.numel && equal; ++i)
       equal = same_value(want + i * elem, got + i * elem, type_);
   }
+  judge(equal, tier1_ns, tier2_ns);
+}
+
+// A trial's verdict: a kernel that differs from tier 1 is dropped; after kTrials that
+// matched, the faster tier stays.
+void NativeGroup::judge(bool equal, uint64_t tier1_ns, uint64_t tier2_ns) {
   if (!equal) {
     state_.store(kRejected);
     g_rejected_mismatch.fetch_add(1);
     tier2_note(segment_key_, "rejected: results differ from tier 1 (kernel " + kernel_key_ + ")");
     return;
   }
-  judge(tier1_ns, tier2_ns);
-}
-
-// A trial that matched tier 1: after kTrials of them, the faster tier stays.
-void NativeGroup::judge(uint64_t tier1_ns, uint64_t tier2_ns) {
   trial_tier1_.push_back(tier1_ns);
   trial_tier2_.push_back(tier2_ns);
   if (static_cast<int>(trial_tier1_.size()) < kTrials) return;

@@ -90,7 +90,7 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
                           const ForeachSnapshot* override);
   void trial_foreach(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                      uint64_t tier1_ns, const ForeachSnapshot& snapshot);
-  void judge(uint64_t tier1_ns, uint64_t tier2_ns);
+  void judge(bool equal, uint64_t tier1_ns, uint64_t tier2_ns);
   void request(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step);
   void run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                   const std::vector<char*>* output_override);
