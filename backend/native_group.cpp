@@ -114,6 +114,17 @@ std::string inplace_name(const std::string& name) {
   return dot == std::string::npos ? base : base + name.substr(dot);
 }
 
+// The kernel element type of a group's dtype (float32 and float64 have kernels).
+bool element_type(c10::ScalarType dtype, fusion::ElemType& type, std::string& why_not) {
+  if (dtype == c10::kFloat)
+    type = fusion::ElemType::kFloat32;
+  else if (dtype == c10::kDouble)
+    type = fusion::ElemType::kFloat64;
+  else
+    return why_not = std::string("element type ") + c10::toString(dtype) + " (float32 and float64 only)", false;
+  return true;
+}
+
 bool is_number(const c10::IValue& v) {
   return v.isDouble() || v.isInt() || (v.isScalar() && !v.isBool() && !v.isComplexDouble());
 }
@@ -150,12 +161,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
   const OpWork& first = *ops[step.first];
   if (first.output_metas.empty()) return why_not = "no output", false;
   const auto dtype = static_cast<c10::ScalarType>(first.output_metas[0].dtype);
-  if (dtype == c10::kFloat)
-    spec.type = fusion::ElemType::kFloat32;
-  else if (dtype == c10::kDouble)
-    spec.type = fusion::ElemType::kFloat64;
-  else
-    return why_not = std::string("element type ") + c10::toString(dtype) + " (float32 and float64 only)", false;
+  if (!element_type(dtype, spec.type, why_not)) return false;
 
   std::unordered_map<uint64_t, int32_t> produced;  // storage -> op of the group
   std::unordered_map<uint64_t, int32_t> external;  // storage -> pointer index
@@ -278,12 +284,7 @@ bool NativeGroup::build_foreach_spec(const std::vector<std::unique_ptr<OpWork>>&
   if (first.slots.empty() || first.slots[0].kind != SlotKind::kTensorList || first.record.tensors.empty())
     return why_not = "foreach op without a tensor list", false;
   const auto dtype = static_cast<c10::ScalarType>(first.record.tensors[first.slots[0].first].dtype);
-  if (dtype == c10::kFloat)
-    spec.type = fusion::ElemType::kFloat32;
-  else if (dtype == c10::kDouble)
-    spec.type = fusion::ElemType::kFloat64;
-  else
-    return why_not = std::string("element type ") + c10::toString(dtype) + " (float32 and float64 only)", false;
+  if (!element_type(dtype, spec.type, why_not)) return false;
 
   // Element 0 sets the structure: one pointer per distinct array, and for every read the
   // array's current value (the op that last wrote it, or the array itself).
