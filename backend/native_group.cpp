@@ -18,7 +18,7 @@ namespace neuron::backend {
 namespace {
 
 std::atomic<uint64_t> g_requested{0}, g_unsupported{0}, g_built{0}, g_build_failures{0},
-    g_accepted{0}, g_rejected_slower{0}, g_rejected_mismatch{0}, g_runs{0};
+    g_accepted{0}, g_rejected_slower{0}, g_rejected_mismatch{0}, g_runs{0}, g_unbound{0};
 
 constexpr int kTrials = 3;
 constexpr uint32_t kMaxBuildFailures = 3;
@@ -145,12 +145,12 @@ char* element_address(const OpWork& op, const NativeBinding::Pointer& b, uint32_
 
 NativeCounters native_counters() {
   return {g_requested, g_unsupported, g_built, g_build_failures,
-          g_accepted,  g_rejected_slower, g_rejected_mismatch, g_runs};
+          g_accepted,  g_rejected_slower, g_rejected_mismatch, g_runs, g_unbound};
 }
 
 void reset_native_counters() {
   for (auto* c : {&g_requested, &g_unsupported, &g_built, &g_build_failures, &g_accepted,
-                  &g_rejected_slower, &g_rejected_mismatch, &g_runs})
+                  &g_rejected_slower, &g_rejected_mismatch, &g_runs, &g_unbound})
     c->store(0);
 }
 
@@ -436,6 +436,8 @@ void NativeGroup::run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>&
   }
   if (override != nullptr) return;  // a trial: tier 1 ran every element already
   // Elements that alias otherwise run their ops on tier 1 (elements are independent).
+  if (unbound.empty()) return;
+  g_unbound.fetch_add(unbound.size(), std::memory_order_relaxed);
   torch::jit::Stack stack;
   set_item_threads_to(1);
   for (uint32_t i : unbound)

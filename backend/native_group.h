@@ -50,6 +50,7 @@ struct ForeachSnapshot {
 struct NativeCounters {
   uint64_t requested = 0, unsupported = 0, built = 0, build_failures = 0, accepted = 0,
            rejected_slower = 0, rejected_mismatch = 0, runs = 0;
+  uint64_t foreach_tier1_elements = 0;  // list elements a foreach kernel left to tier 1
 };
 NativeCounters native_counters();
 void reset_native_counters();

@@ -179,6 +179,7 @@ PYBIND11_MODULE(_C, m) {
     d["native_rejected_slower"] = n.rejected_slower;
     d["native_rejected_mismatch"] = n.rejected_mismatch;
     d["native_runs"] = n.runs;
+    d["native_foreach_tier1_elements"] = n.foreach_tier1_elements;
     auto c2 = fusion::NativeCompiler::instance().stats();
     d["native_compiles"] = c2.compiles;
     d["native_disk_hits"] = c2.disk_hits;

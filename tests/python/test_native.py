@@ -156,3 +156,8 @@ def test_foreach_groups_on_tier2_match_cpu_bit_for_bit(tmp_path):
             assert all(c["unsupported"] >= 1 and c["runs"] == 0 for c in per_dtype.values()), r[case]
         else:
             assert any(c["accepted"] >= 1 and c["runs"] > 0 for c in per_dtype.values()), (case, per_dtype)
+    # AdamW's column-major gradient element ran on tier 1 beside the kernel, each run.
+    adamw = r["torch_adamw"]["float32"]
+    assert adamw["foreach_tier1_elements"] >= adamw["runs"] > 0, adamw
+    assert all(c["foreach_tier1_elements"] == 0 for case, d in r.items() if case != "torch_adamw"
+               for c in d.values()), r
