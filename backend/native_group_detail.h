@@ -1,0 +1,23 @@
+// Helpers shared by the tier-2 group code (native_group.cpp: tile groups and the life
+// cycle; native_foreach.cpp: foreach groups). Internal to the backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/op_work.h"
+#include "fusion/codegen.h"
+
+namespace neuron::backend::detail {
+
+uint64_t steady_ns();
+void tier2_note(uint64_t key, const std::string& what);
+char* data_of(const DeviceBuffer& storage, const trace::TensorMeta& m);
+double scalar_value(const c10::IValue& v);
+// Bit for bit, NaN equal to NaN.
+bool same_value(const char* a, const char* b, fusion::ElemType type);
+// The kernel element type of a group's dtype (float32 and float64 have kernels).
+bool element_type(c10::ScalarType dtype, fusion::ElemType& type, std::string& why_not);
+void count_tier1_elements(size_t n);
+
+}  // namespace neuron::backend::detail
