@@ -157,18 +157,21 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     return;
   }
   // An output is alive if the program still holds it, or holds a view of its storage.
-  std::vector<bool> alive;
+  std::vector<bool>& alive = ss.cut_alive;
+  alive.clear();
   alive.reserve(ss.outputs.size());
-  const auto open_outputs = ss.segmenter.open_outputs();
+  std::vector<uint64_t>& open_outputs = ss.cut_outputs;
+  ss.segmenter.open_outputs_into(open_outputs);
   for (size_t i = 0; i < ss.outputs.size(); ++i) {
     bool viewed = i < open_outputs.size() &&
                   std::find(ss.viewed.begin(), ss.viewed.end(), open_outputs[i]) != ss.viewed.end();
     alive.push_back(viewed || ss.outputs[i].use_count() > 0);
   }
   ss.viewed.clear();
-  auto s = ss.segmenter.flush(reason, alive);
+  trace::Segment* s = &ss.cut_segment;
+  const bool closed = ss.segmenter.flush_into(reason, alive, *s);
   ss.outputs.clear();
-  if (!s) {
+  if (!closed) {
     ss.pinned.clear();
     return;
   }
@@ -321,7 +324,8 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
     if (recording) {
       ReplayRecordState& r = replay_state(core, stream);
       r.last_seq = op.seq;
-      r.linker.link(op.seq, op.inputs, op.outputs, links);
+      r.linker.link(op.seq, std::span<const uint64_t>(op.inputs.data(), op.inputs.size()),
+                    std::span<const uint64_t>(op.outputs.data(), op.outputs.size()), links);
     }
     // Storages of the open segment stay alive until its cut (their identities key it and
     // held ops use their memory); the caller still holds the inputs here.
@@ -331,7 +335,7 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
             reinterpret_cast<c10::StorageImpl*>(src.storage.id)));
     if (adaptive) {
       fusion::PlanOp plan_op = plan_op_of(work, info);
-      plan_op.outputs = {op.outputs.begin(), op.outputs.end()};
+      plan_op.outputs.assign(op.outputs.begin(), op.outputs.end());
       for (auto& v : plan_op.outputs) if (v == 0) v = -1;
       adaptive_take(ss, std::move(owned), std::move(plan_op), op.signature, core, stream);
     }

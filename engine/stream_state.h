@@ -33,6 +33,10 @@ struct StreamState {
   // Every storage the open segment touches stays alive until the cut, so no address is
   // reused inside a segment: dataflow edges (keyed by storage identity) are exact.
   std::vector<c10::Storage> pinned;
+  // Buffers the cut reuses (it allocates nothing once they have grown).
+  std::vector<bool> cut_alive;
+  std::vector<uint64_t> cut_outputs;
+  trace::Segment cut_segment;
   explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
 };
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "trace/small_vec.h"
+
 namespace neuron::fusion {
 
 // One op of a segment as the planner sees it. Values are numbered by the caller; the
@@ -25,9 +27,9 @@ struct PlanOp {
   // positions i, n + i, ...). Consecutive foreach ops over lists whose element i touches
   // only element i's tensors run tensor by tensor: all ops on tensor 0, then tensor 1...
   int64_t list = 0;
-  std::vector<int64_t> inputs;   // value ids; -1 for scalars and 0-dim operands
-  std::vector<int64_t> outputs;  // value ids of fresh outputs
-  std::vector<bool> alive;       // per output: still referenced after the segment
+  trace::SmallVec<int64_t, 6> inputs;  // value ids; -1 for scalars and 0-dim operands
+  trace::SmallVec<int64_t, 6> outputs;  // value ids of fresh outputs
+  trace::SmallVec<bool, 4> alive;       // per output: still referenced after the segment
 };
 
 struct Step {

@@ -4,8 +4,8 @@
 
 namespace neuron::trace {
 
-void DataflowLinker::link(uint64_t seq, const std::vector<uint64_t>& inputs,
-                          const std::vector<uint64_t>& outputs, std::vector<uint32_t>& codes) {
+void DataflowLinker::link(uint64_t seq, std::span<const uint64_t> inputs,
+                          std::span<const uint64_t> outputs, std::vector<uint32_t>& codes) {
   codes.clear();
   uint32_t slot = 0;
   for (uint64_t storage : inputs) {

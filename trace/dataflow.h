@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 #include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "trace/event.h"
@@ -38,8 +39,12 @@ inline Link decode_link(uint32_t code) { return {(code - 1) >> 11, (code - 1) & 
 class DataflowLinker {
  public:
   // Link codes of one op: its input storages (0: none) then its fresh outputs (0: undefined).
+  void link(uint64_t seq, std::span<const uint64_t> inputs, std::span<const uint64_t> outputs,
+            std::vector<uint32_t>& codes);
   void link(uint64_t seq, const std::vector<uint64_t>& inputs,
-            const std::vector<uint64_t>& outputs, std::vector<uint32_t>& codes);
+            const std::vector<uint64_t>& outputs, std::vector<uint32_t>& codes) {
+    link(seq, std::span<const uint64_t>(inputs), std::span<const uint64_t>(outputs), codes);
+  }
   void clear() { last_.clear(); }
 
  private:

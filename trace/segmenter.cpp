@@ -10,19 +10,85 @@ namespace {
 
 constexpr int64_t kProduced = 1, kExternal = 2, kNoTensor = 3, kAlive = 4, kDead = 5;
 
+// Storage identity -> small value, open addressing, reused across segments on a thread:
+// keying a segment allocates nothing once the table has grown to the longest segment.
+class IdTable {
+ public:
+  void reset(size_t expected) {
+    size_t want = 16;
+    while (want < expected * 2) want *= 2;
+    if (want > slots_.size()) slots_.assign(want, Slot{});
+    ++generation_;
+    if (generation_ == 0) {  // wrapped: stale stamps could look current
+      for (auto& slot : slots_) slot.generation = 0;
+      generation_ = 1;
+    }
+    count_ = 0;
+  }
+  // The slot of key, inserting value if it is new (inserted tells which).
+  int64_t& find_or_insert(uint64_t key, int64_t value, bool& inserted) {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+      Slot& slot = slots_[i];
+      if (slot.generation != generation_) {
+        slot = {key, value, generation_};
+        ++count_;
+        inserted = true;
+        return slot.value;
+      }
+      if (slot.key == key) {
+        inserted = false;
+        return slot.value;
+      }
+    }
+  }
+  const int64_t* find(uint64_t key) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+      const Slot& slot = slots_[i];
+      if (slot.generation != generation_) return nullptr;
+      if (slot.key == key) return &slot.value;
+    }
+  }
+  size_t count() const { return count_; }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    int64_t value = 0;
+    uint32_t generation = 0;
+  };
+  static size_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<size_t>(k);
+  }
+  std::vector<Slot> slots_;
+  uint32_t generation_ = 0;
+  size_t count_ = 0;
+};
+
 }  // namespace
 
-Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
-                     const std::vector<bool>& alive) {
-  Segment s;
+void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
+                       const std::vector<bool>& alive, Segment& s) {
   s.length = static_cast<uint32_t>(ops.size());
   s.first_seq = ops.empty() ? 0 : ops.front().seq;
   s.reason = reason;
-  // storage -> (op index, output index) for values produced inside the segment
-  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> produced;
-  std::unordered_map<uint64_t, int64_t> external;  // storage -> first-seen external index
+  size_t n_inputs = 0, n_outputs = 0;
+  for (const SegmentOp& op : ops) {
+    n_inputs += op.inputs.size();
+    n_outputs += op.outputs.size();
+  }
+  // storage -> (op index << 32 | output index) for values produced inside the segment;
+  // storage -> first-seen external index (equal numbers mean aliasing)
+  thread_local IdTable produced, external;
+  produced.reset(n_outputs);
+  external.reset(n_inputs);
   auto& w = s.words;
-  w.reserve(ops.size() * 8);
+  w.clear();
+  w.reserve(ops.size() * 2 + n_inputs * 3 + n_outputs);
   for (size_t i = 0; i < ops.size(); ++i) {
     const SegmentOp& op = ops[i];
     w.push_back(static_cast<int64_t>(op.signature));
@@ -32,27 +98,34 @@ Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
         w.push_back(kNoTensor);
         continue;
       }
-      auto p = produced.find(storage);
-      if (p != produced.end()) {
+      if (const int64_t* p = produced.find(storage)) {
         w.push_back(kProduced);
-        w.push_back(p->second.first);
-        w.push_back(p->second.second);
+        w.push_back(*p >> 32);
+        w.push_back(*p & 0xffffffff);
         continue;
       }
-      // External inputs are numbered by first use: equal numbers mean aliasing.
-      auto [e, inserted] = external.emplace(storage, static_cast<int64_t>(external.size()));
+      bool inserted;
+      const int64_t index = external.find_or_insert(storage, static_cast<int64_t>(external.count()), inserted);
       w.push_back(kExternal);
-      w.push_back(e->second);
+      w.push_back(index);
     }
     for (size_t k = 0; k < op.outputs.size(); ++k)
-      if (op.outputs[k] != 0)
-        produced[op.outputs[k]] = {static_cast<int64_t>(i), static_cast<int64_t>(k)};
+      if (op.outputs[k] != 0) {
+        bool inserted;
+        produced.find_or_insert(op.outputs[k], 0, inserted) = static_cast<int64_t>(i) << 32 | static_cast<int64_t>(k);
+      }
   }
   size_t out_index = 0;
   for (const SegmentOp& op : ops)
     for (size_t k = 0; k < op.outputs.size(); ++k, ++out_index)
       w.push_back(out_index < alive.size() && !alive[out_index] ? kDead : kAlive);
   s.key = hash_words(w.data(), w.size());
+}
+
+Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
+                     const std::vector<bool>& alive) {
+  Segment s;
+  make_segment_into(ops, reason, alive, s);
   return s;
 }
 
@@ -103,11 +176,17 @@ void Segmenter::push(const SegmentOp& op, std::vector<Segment>& closed) {
 }
 
 std::optional<Segment> Segmenter::flush(CutReason reason, const std::vector<bool>& alive) {
-  after_cut_op_ = false;
-  if (ops_.empty()) return std::nullopt;
-  Segment s = make_segment(ops_, reason, alive);
-  ops_.clear();
+  Segment s;
+  if (!flush_into(reason, alive, s)) return std::nullopt;
   return s;
+}
+
+bool Segmenter::flush_into(CutReason reason, const std::vector<bool>& alive, Segment& out) {
+  after_cut_op_ = false;
+  if (ops_.empty()) return false;
+  make_segment_into(ops_, reason, alive, out);
+  ops_.clear();
+  return true;
 }
 
 std::vector<int64_t> Segmenter::open_op_words() const {
@@ -120,8 +199,13 @@ std::vector<int64_t> Segmenter::open_op_words() const {
 
 std::vector<uint64_t> Segmenter::open_outputs() const {
   std::vector<uint64_t> out;
-  for (const auto& op : ops_) out.insert(out.end(), op.outputs.begin(), op.outputs.end());
+  open_outputs_into(out);
   return out;
+}
+
+void Segmenter::open_outputs_into(std::vector<uint64_t>& out) const {
+  out.clear();
+  for (const auto& op : ops_) out.insert(out.end(), op.outputs.begin(), op.outputs.end());
 }
 
 }  // namespace neuron::trace

@@ -9,6 +9,7 @@
 
 #include "trace/event.h"
 #include "trace/op_record.h"
+#include "trace/small_vec.h"
 
 namespace neuron::trace {
 
@@ -24,8 +25,8 @@ struct SegmentPolicy {
 struct SegmentOp {
   OpId op = 0;
   uint64_t signature = 0;               // the op record's hash
-  std::vector<uint64_t> inputs;         // storage identities of tensor inputs (0: none)
-  std::vector<uint64_t> outputs;        // storage identities of fresh outputs
+  SmallVec<uint64_t, 6> inputs;         // storage identities of tensor inputs (0: none)
+  SmallVec<uint64_t, 6> outputs;        // storage identities of fresh outputs
   uint64_t seq = 0;
   bool barrier = false;                 // cut before and after; never inside a segment
 };
@@ -58,6 +59,8 @@ class Segmenter {
   // Closes the open segment (sync, stream change, end). alive marks, per output of the
   // segment in order, whether it is still referenced; empty = all alive.
   std::optional<Segment> flush(CutReason reason, const std::vector<bool>& alive = {});
+  // flush() into a caller's segment, reusing its words' memory; false if nothing was open.
+  bool flush_into(CutReason reason, const std::vector<bool>& alive, Segment& out);
   uint32_t open_length() const { return static_cast<uint32_t>(ops_.size()); }
   // Canonical words of the open segment's ops so far, without liveness: a prefix of the
   // words the segment will have when it closes (the adaptive controller verifies groups
@@ -65,6 +68,7 @@ class Segmenter {
   std::vector<int64_t> open_op_words() const;
   // Outputs of the open segment, in order (for the caller's liveness check).
   std::vector<uint64_t> open_outputs() const;
+  void open_outputs_into(std::vector<uint64_t>& out) const;  // reuses out's memory
   const SegmentPolicy& policy() const { return policy_; }
 
  private:
@@ -81,5 +85,8 @@ class Segmenter {
 // Canonical words and key of a sequence of ops (exposed for tests and replay).
 Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
                      const std::vector<bool>& alive);
+// The same into a caller's segment, reusing its words' memory (the dispatch path).
+void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
+                       const std::vector<bool>& alive, Segment& out);
 
 }  // namespace neuron::trace
