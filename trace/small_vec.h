@@ -29,6 +29,7 @@ class SmallVec {
   SmallVec() = default;
   SmallVec(std::initializer_list<T> values) { assign(values.begin(), values.end()); }
   template <typename It>
+    requires(!std::is_integral_v<It>)
   SmallVec(It first, It last) {
     assign(first, last);
   }
@@ -100,6 +101,7 @@ class SmallVec {
     resize(n, v);
   }
   template <typename It>
+    requires(!std::is_integral_v<It>)
   void assign(It first, It last) {
     size_ = 0;
     reserve(static_cast<size_t>(std::distance(first, last)));

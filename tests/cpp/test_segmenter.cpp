@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
 #include <set>
 
 #include "trace/segmenter.h"
@@ -185,4 +187,104 @@ TEST(Segmenter, LongLoopsWithoutContentCutsAreCutOncePerPeriodInPhase) {
   for (int it = 0; it < 12; ++it)
     for (auto& op : loop.iteration()) plain.push(op, fixed);
   for (const auto& s : fixed) EXPECT_EQ(s.reason, CutReason::kMaxLength);
+}
+
+namespace {
+
+// The canonical form written out plainly with std::map, as the oracle for the keyed,
+// table-reusing make_segment_into.
+std::vector<int64_t> reference_words(const std::vector<SegmentOp>& ops, const std::vector<bool>& alive) {
+  std::map<uint64_t, std::pair<int64_t, int64_t>> produced;
+  std::map<uint64_t, int64_t> external;
+  std::vector<int64_t> w;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    w.push_back(static_cast<int64_t>(ops[i].signature));
+    w.push_back(static_cast<int64_t>(ops[i].inputs.size()));
+    for (uint64_t s : ops[i].inputs) {
+      if (s == 0) {
+        w.push_back(3);
+      } else if (produced.count(s)) {
+        w.insert(w.end(), {1, produced[s].first, produced[s].second});
+      } else {
+        if (!external.count(s)) {
+          const auto next = static_cast<int64_t>(external.size());
+          external[s] = next;
+        }
+        w.insert(w.end(), {2, external[s]});
+      }
+    }
+    for (size_t k = 0; k < ops[i].outputs.size(); ++k)
+      if (ops[i].outputs[k] != 0) produced[ops[i].outputs[k]] = {static_cast<int64_t>(i), static_cast<int64_t>(k)};
+  }
+  size_t out = 0;
+  for (const auto& op : ops)
+    for (size_t k = 0; k < op.outputs.size(); ++k, ++out) w.push_back(out < alive.size() && !alive[out] ? 5 : 4);
+  return w;
+}
+
+// Random ops over a pool of storages: aliasing, values produced inside, missing inputs,
+// undefined outputs, an output storage written twice, lists past the inline capacity.
+std::vector<SegmentOp> random_ops(std::mt19937_64& rng, size_t n, uint64_t pool) {
+  std::vector<SegmentOp> ops(n);
+  for (size_t i = 0; i < n; ++i) {
+    ops[i].signature = rng() % 5;
+    const size_t ins = rng() % 9, outs = rng() % 8;
+    for (size_t k = 0; k < ins; ++k) ops[i].inputs.push_back(rng() % 6 == 0 ? 0 : 1 + rng() % pool);
+    for (size_t k = 0; k < outs; ++k) ops[i].outputs.push_back(rng() % 7 == 0 ? 0 : 1 + rng() % pool);
+    ops[i].seq = i;
+  }
+  return ops;
+}
+
+}  // namespace
+
+TEST(SegmentKey, ReusedTablesAndWordsMatchThePlainCanonicalForm) {
+  std::mt19937_64 rng(7);
+  Segment reused;  // one segment object for every call, as the engine's cut does
+  for (int round = 0; round < 300; ++round) {
+    // Sizes swing between short and long, so tables grow and are then reused smaller.
+    const size_t n = round % 3 == 0 ? 1 + rng() % 300 : 1 + rng() % 12;
+    auto ops = random_ops(rng, n, round % 2 ? 8 : 4000);
+    std::vector<bool> alive;
+    size_t outputs = 0;
+    for (const auto& op : ops) outputs += op.outputs.size();
+    for (size_t k = 0; k < outputs; ++k) alive.push_back(rng() % 3 != 0);
+    make_segment_into(ops, CutReason::kContent, alive, reused);
+    const auto want = reference_words(ops, alive);
+    ASSERT_EQ(reused.words, want) << "round " << round;
+    EXPECT_EQ(reused.length, n);
+    EXPECT_EQ(reused.key, make_segment(ops, CutReason::kContent, alive).key);
+  }
+}
+
+TEST(SmallVec, InlineThenHeapWithVectorSemantics) {
+  SmallVec<uint64_t, 4> v;
+  EXPECT_TRUE(v.empty());
+  for (uint64_t i = 0; i < 4; ++i) v.push_back(i);
+  EXPECT_EQ(v.capacity(), 4u);  // still inline
+  v.push_back(v[0]);            // spills while reading its own element
+  for (uint64_t i = 5; i < 40; ++i) v.push_back(i * 3);
+  ASSERT_EQ(v.size(), 40u);
+  EXPECT_EQ(v[4], 0u);
+  EXPECT_EQ(v.back(), 39u * 3);
+  SmallVec<uint64_t, 4> copy = v;
+  EXPECT_EQ(copy, v);
+  SmallVec<uint64_t, 4> moved = std::move(copy);
+  EXPECT_EQ(moved, v);
+  EXPECT_TRUE(copy.empty());  // NOLINT: a moved-from SmallVec is empty and usable
+  copy.push_back(9);
+  EXPECT_EQ(copy.size(), 1u);
+  SmallVec<uint64_t, 4> small = {1, 2};
+  SmallVec<uint64_t, 4> small_moved = std::move(small);
+  EXPECT_EQ(small_moved, (SmallVec<uint64_t, 4>{1, 2}));
+  small_moved = v;  // inline <- heap-sized copy
+  EXPECT_EQ(small_moved, v);
+  v.clear();
+  EXPECT_TRUE(v.empty());
+  v.assign(3, 8);
+  EXPECT_EQ(v, (SmallVec<uint64_t, 4>{8, 8, 8}));
+  v = std::vector<uint64_t>{4, 5};
+  EXPECT_EQ(v, (SmallVec<uint64_t, 4>{4, 5}));
+  v.resize(6, 1);
+  EXPECT_EQ(v, (SmallVec<uint64_t, 4>{4, 5, 1, 1, 1, 1}));
 }
