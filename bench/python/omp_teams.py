@@ -7,6 +7,13 @@ exists (what the engine's worker is), then on the main thread again. Prints one 
 case (median of --repeats runs, us per matmul) and the second thread's ratio.
 
     python bench/python/omp_teams.py [--size 64,256,256] [--calls 2000] [--repeats 3]
+
+Tried and dropped (session 8): the host thread handing its team back with libgomp's
+omp_pause_resource_all before each blocking wait does lift the throttle (a second
+thread's 2-thread matmul went from 121 back to 88 us, its time with no other team), but
+the worker's team then spins unthrottled (GOMP_SPINCOUNT's 300000 pauses) beside the
+busy host thread on 2 cores: mlp_train adaptive, 3 interleaved A/B runs, 3.4-5.0 ms per
+step with the hand-back against 1.7-2.6 ms without. The throttle protects the host here.
 """
 
 import argparse
