@@ -197,12 +197,19 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
   return true;
 }
 
+std::optional<std::string> NativeGroup::kernel_source(const std::vector<std::unique_ptr<OpWork>>& ops,
+                                                      const fusion::Step& step, std::string& why_not) {
+  fusion::KernelSpec spec;
+  if (!build_spec(ops, step, spec, why_not)) return std::nullopt;
+  // The formulas are ATen's own vector expressions: its vec headers define them.
+  spec.headers = {"ATen/cpu/vec/vec.h", "ATen/cpu/vec/functional.h"};
+  return fusion::generate_kernel_source(spec, why_not);
+}
+
 void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
                           const fusion::Step& step) {
-  fusion::KernelSpec spec;
   std::string why_not;
-  std::optional<std::string> source;
-  if (build_spec(ops, step, spec, why_not)) source = fusion::generate_kernel_source(spec, why_not);
+  const std::optional<std::string> source = kernel_source(ops, step, why_not);
   if (!source) {
     state_.store(kUnsupported);
     g_unsupported.fetch_add(1);
@@ -282,10 +289,8 @@ void NativeGroup::before_first_run(const std::vector<std::unique_ptr<OpWork>>& o
   if (probed_.load(std::memory_order_relaxed) || policy_.tier == fusion::Tier::kInstant) return;
   std::lock_guard lock(mutex_);
   if (probed_.exchange(true)) return;
-  fusion::KernelSpec spec;
   std::string why_not;
-  std::optional<std::string> source;
-  if (build_spec(ops, step, spec, why_not)) source = fusion::generate_kernel_source(spec, why_not);
+  const std::optional<std::string> source = kernel_source(ops, step, why_not);
   if (!source) return;  // after_tier1 reports why when it asks for a build
   const fusion::NativeResult r = fusion::NativeCompiler::instance().lookup(*source);
   if (r.fn == nullptr || !r.verified) return;

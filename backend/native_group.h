@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,10 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
   void note_tier1(bool whole, uint64_t ns);
 
  private:
+  // The group's kernel source (spec from build_spec, ATen's vec headers), or std::nullopt
+  // with why_not set.
+  std::optional<std::string> kernel_source(const std::vector<std::unique_ptr<OpWork>>& ops,
+                                           const fusion::Step& step, std::string& why_not);
   bool build_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                   fusion::KernelSpec& spec, std::string& why_not);
   bool build_foreach_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,

@@ -37,6 +37,9 @@ struct KernelSpec {
   std::vector<KernelOp> ops;
   int32_t pointers = 0;  // ptrs[] entries (inputs and stored results)
   int32_t scalars = 0;   // scalars[] entries
+  // Headers that define the vector library the formulas use (at::vec::Vectorized and
+  // its functions), included first; the backend names them (this layer is torch-free).
+  std::vector<std::string> headers;
 };
 
 // The entry point every generated kernel exports: elements [begin, end) of every

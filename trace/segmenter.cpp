@@ -197,12 +197,6 @@ std::vector<int64_t> Segmenter::open_op_words() const {
   return std::move(s.words);
 }
 
-std::vector<uint64_t> Segmenter::open_outputs() const {
-  std::vector<uint64_t> out;
-  open_outputs_into(out);
-  return out;
-}
-
 void Segmenter::open_outputs_into(std::vector<uint64_t>& out) const {
   out.clear();
   for (const auto& op : ops_) out.insert(out.end(), op.outputs.begin(), op.outputs.end());

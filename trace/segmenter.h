@@ -66,9 +66,9 @@ class Segmenter {
   // words the segment will have when it closes (the adaptive controller verifies groups
   // it launches before the cut against a ready program with it).
   std::vector<int64_t> open_op_words() const;
-  // Outputs of the open segment, in order (for the caller's liveness check).
-  std::vector<uint64_t> open_outputs() const;
-  void open_outputs_into(std::vector<uint64_t>& out) const;  // reuses out's memory
+  // Outputs of the open segment, in order (for the caller's liveness check), into out
+  // (its memory reused).
+  void open_outputs_into(std::vector<uint64_t>& out) const;
   const SegmentPolicy& policy() const { return policy_; }
 
  private:
