@@ -284,6 +284,48 @@ def test_every_truncation_and_random_damage_gives_trace_format_error(tmp_path):
 
 # ---- summaries ----------------------------------------------------------------------------
 
+def test_segment_speedup_compares_whole_occurrences():
+    """A segment [mm, add, relu] runs per op twice, then fused three times the way adaptive
+    mode runs it: mm (an ATen op of the plan) as its own execution before the group, add and
+    relu as two fused groups, and one relu rerun per op inside its failed group. Per-op
+    and fused times are taken per occurrence: per-op occurrences' executions on one side;
+    every SegmentExecute of a fused occurrence plus its ops' executions outside them on the
+    other; nested executions are not counted twice."""
+    evs, t, seq = [], 1000, 0
+    per_op = fused = 0
+    for i in range(5):
+        first = seq + 1
+        if i < 2:
+            for op, dev in ((1, 20000), (2, 4000), (3, 3000)):
+                seq += 1
+                evs.append(event(DISPATCH, t, 1000, seq, op=op))
+                evs.append(event(EXECUTE, t + 1000, dev, seq, op=op, thread=2))
+                t += dev + 2000
+                per_op += dev
+        else:
+            for op in (1, 2, 3):
+                seq += 1
+                evs.append(event(DISPATCH, t + op * 1000, 1000, seq, op=op))
+            evs.append(event(EXECUTE, t, 20000, first, op=1, thread=2))   # outside: counted
+            evs.append(event(SEGEXEC, t + 20000, 2000, first + 1, value=KEY, aux=3, thread=2))
+            evs.append(event(SEGEXEC, t + 22000, 3000, first + 2, value=KEY, aux=3, thread=2))
+            evs.append(event(EXECUTE, t + 22500, 2000, first + 2, op=3, thread=2))  # nested
+            fused += 20000 + 2000 + 3000
+            t += 30000
+        evs.append(event(CUT, t, seq=first, value=KEY, aux=3, flags=3))
+    s = summarize(nt.parse(trace_bytes(evs)))
+    g = {x.key: x for x in s.segments}[KEY]
+    assert (g.count, g.measured, g.fused_count, g.fused_groups) == (5, 2, 3, 6)
+    assert g.per_op_device_total_ns == per_op == 2 * 27000
+    assert g.fused_total_ns == fused == 3 * 25000
+    assert g.per_op_device_avg_ns == 27000 and g.fused_avg_ns == 25000
+    assert g.speedup == pytest.approx(27000 / 25000)
+    # a trace with fused occurrences only has no per-op time to compare against
+    only_fused = [e for e in evs if e[2] > 6 or e[7] not in (EXECUTE, DISPATCH, CUT)]
+    g = {x.key: x for x in summarize(nt.parse(trace_bytes(only_fused))).segments}[KEY]
+    assert (g.count, g.measured, g.fused_count, g.speedup) == (3, 0, 3, None)
+
+
 def test_summary_counts_equal_what_was_written(small):
     path, evs, exp = small
     s = summarize(nt.load(path))
@@ -315,6 +357,7 @@ def test_summary_counts_equal_what_was_written(small):
     assert g.cut_reasons == {"content": 20} and g.key_hex == f"{KEY:016x}"
     assert g.per_op_device_total_ns == exp["seg_dev"] == 20 * 27000
     assert g.state == "fused" and g.fused_count == 4 and g.fused_total_ns == 36000
+    assert g.fused_groups == 4  # executions outside any cut: one occurrence each
     assert g.compiles == 1 and g.compile_ns == 90000 and g.tier == 2
     assert g.speedup == pytest.approx(27000 / 9000)
     assert g.first_ops == ["aten::mm", "aten::add.Tensor", "aten::relu"]

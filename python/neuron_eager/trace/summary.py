@@ -43,17 +43,18 @@ class SegmentStat:
     cut_reasons: Dict[str, int]
     hits: int
     misses: int
-    measured: int             # occurrences whose ops' executions are in the trace
-    per_op_device_total_ns: int
-    per_op_device_avg_ns: float
+    measured: int             # per-op occurrences whose ops' executions are in the trace
+    per_op_device_total_ns: int   # executions of the ops of occurrences that ran per op
+    per_op_device_avg_ns: float   # per measured per-op occurrence
     state: str                # cold, repeated, compiling, compiled, fused
-    fused_count: int
-    fused_total_ns: int
-    fused_avg_ns: float
+    fused_count: int          # occurrences that ran fused
+    fused_groups: int         # SegmentExecute events of those occurrences
+    fused_total_ns: int       # their SegmentExecutes + their ops' executions outside them
+    fused_avg_ns: float       # per fused occurrence
     compiles: int
     compile_ns: int
     tier: int
-    speedup: Optional[float]  # per-op avg / fused avg, when both are known
+    speedup: Optional[float]  # per-op avg / fused avg per occurrence, when both known
     first_ops: List[str]      # op names of the first occurrence (up to 8)
 
 
@@ -157,6 +158,22 @@ def _avg(total: float, n: int) -> float:
     return float(total) / n if n else 0.0
 
 
+def _nested(exe: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """For each execution, whether it starts inside a span of `spans` on its own thread
+    (an op a fused segment ran itself)."""
+    out = np.zeros(len(exe), dtype=bool)
+    for thread in np.intersect1d(np.unique(exe["thread"]), np.unique(spans["thread"])).tolist():
+        sp = spans[spans["thread"] == thread]
+        order = np.argsort(sp["time_ns"], kind="stable")
+        start = sp["time_ns"][order]
+        end = start + sp["duration_ns"][order]
+        sel = np.nonzero(exe["thread"] == thread)[0]
+        t = exe["time_ns"][sel]
+        pos = np.searchsorted(start, t, side="right") - 1
+        out[sel] = (pos >= 0) & (t < end[np.maximum(pos, 0)])
+    return out
+
+
 def _top_ops(trace: Trace, disp, exe, fb, device_total: int) -> List[OpStat]:
     n = int(max([trace.ops and max(trace.ops) or 0] +
                 [int(a["op"].max()) for a in (disp, exe, fb) if len(a)])) + 1
@@ -179,15 +196,39 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
     fused = ev[kind == SEGMENT_EXECUTE]
     comp_end = ev[kind == COMPILE_END]
     comp_start = ev[kind == COMPILE_START]
-    # Per-op device time of each cut occurrence: OpExecute durations of seqs
-    # [seq, seq + length), by binary search over executions sorted by seq.
-    order = np.argsort(exe["seq"], kind="stable")
-    eseq = exe["seq"][order]
-    cum = np.concatenate([[0], np.cumsum(exe["duration_ns"][order], dtype=np.uint64)])
-    lo = np.searchsorted(eseq, cuts["seq"], side="left")
-    hi = np.searchsorted(eseq, cuts["seq"] + cuts["aux"], side="left")
-    occ_dev = (cum[hi] - cum[lo]).astype(np.float64)
-    measured = (hi > lo).astype(np.int64)
+    # Each cut occurrence covers seqs [seq, seq + length). It ran fused when a
+    # SegmentExecute of its key starts inside it (a segment may run as several groups);
+    # its fused time is then those SegmentExecutes plus the executions of its ops outside
+    # them (ops released before the cut, ops the plan leaves to ATen). Otherwise its ops'
+    # executions are its per-op time. Occurrences are matched by binary search over the
+    # cuts sorted by seq, so nothing here loops per event in Python.
+    corder = np.argsort(cuts["seq"], kind="stable")
+    cseq, cend = cuts["seq"][corder], cuts["seq"][corder] + cuts["aux"][corder]
+
+    def occurrence(seqs: np.ndarray) -> np.ndarray:
+        """Index into `cuts` of the occurrence holding each seq, -1 where none does."""
+        pos = np.searchsorted(cseq, seqs, side="right") - 1
+        inside = (pos >= 0) & (seqs < cend[np.maximum(pos, 0)])
+        return np.where(inside, corder[np.maximum(pos, 0)], -1)
+
+    n_cuts = len(cuts)
+    f_occ = occurrence(fused["seq"]) if n_cuts else np.full(len(fused), -1)
+    f_match = f_occ >= 0
+    f_match[f_match] = cuts["value"][f_occ[f_match]] == fused["value"][f_match]
+    occ_fused_ns = np.bincount(f_occ[f_match], weights=fused["duration_ns"][f_match]
+                               .astype(np.float64), minlength=n_cuts).astype(np.float64)
+    occ_groups = np.bincount(f_occ[f_match], minlength=n_cuts)
+    is_fused = occ_groups > 0
+    e_occ = occurrence(exe["seq"]) if n_cuts else np.full(len(exe), -1)
+    e_in = e_occ >= 0
+    e_dur = exe["duration_ns"].astype(np.float64)
+    occ_dev = np.bincount(e_occ[e_in], weights=e_dur[e_in], minlength=n_cuts).astype(np.float64)
+    occ_execs = np.bincount(e_occ[e_in], minlength=n_cuts)
+    outside = e_in & ~_nested(exe, fused)
+    occ_fused_ns += np.bincount(e_occ[outside], weights=e_dur[outside], minlength=n_cuts) \
+        * is_fused
+    occ_dev = np.where(is_fused, 0.0, occ_dev)
+    measured = ((occ_execs > 0) & ~is_fused).astype(np.int64)
 
     keys, counts, dev_sum, first = _group(cuts["value"], occ_dev)
     _, _, meas_sum, _ = _group(cuts["value"], measured)
@@ -219,7 +260,20 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
 
     hits = by_key(ev[kind == KEY_HIT])
     misses = by_key(ev[kind == KEY_MISS])
-    fused_by = by_key(fused, fused["duration_ns"])
+    # Per key: fused occurrences, their time and their groups; SegmentExecutes that lie in
+    # no cut of their key (a trace cut short) count one occurrence each.
+    _, _, f_occ_n, _ = _group(cuts["value"], is_fused.astype(np.float64))
+    _, _, f_occ_ns, _ = _group(cuts["value"], occ_fused_ns)
+    _, _, f_occ_groups, _ = _group(cuts["value"], occ_groups.astype(np.float64))
+    fused_by = {int(k): [int(n), float(ns), int(g)] for k, n, ns, g in
+                zip(keys.tolist(), f_occ_n.tolist(), f_occ_ns.tolist(), f_occ_groups.tolist())}
+    fused_first = by_key(fused)
+    for key, (n, ns, _) in by_key(fused[~f_match], fused["duration_ns"][~f_match]).items():
+        entry = fused_by.setdefault(key, [0, 0.0, 0])
+        entry[0] += n
+        entry[1] += ns
+        entry[2] += n
+    fused_by = {k: v for k, v in fused_by.items() if v[0]}
     comp_by = by_key(comp_end, comp_end["duration_ns"])
     started = by_key(comp_start)
     all_keys = set(stats) | set(fused_by) | set(comp_by) | set(started)
@@ -230,9 +284,9 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
     for key in all_keys:
         st = stats.get(key, {})
         length = st.get("length", 0)
-        f_n, f_sum, f_first = fused_by.get(key, (0, 0.0, 0))
+        f_n, f_sum, f_groups = fused_by.get(key, (0, 0.0, 0))
         if not length and f_n:
-            length = int(fused["aux"][f_first])
+            length = int(fused["aux"][fused_first[key][2]])
         c_n, c_sum, c_first = comp_by.get(key, (0, 0.0, 0))
         tier = int(comp_end["aux"][comp_end["value"] == key].max()) if c_n else 0
         count = st.get("count", 0)
@@ -256,7 +310,8 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
             cut_reasons=st.get("cut_reasons", {}), hits=hits.get(key, (0,))[0],
             misses=misses.get(key, (0,))[0], measured=st.get("measured", 0),
             per_op_device_total_ns=st.get("per_op", 0), per_op_device_avg_ns=per_op_avg,
-            state=state, fused_count=f_n, fused_total_ns=int(f_sum), fused_avg_ns=fused_avg,
+            state=state, fused_count=f_n, fused_groups=f_groups, fused_total_ns=int(f_sum),
+            fused_avg_ns=fused_avg,
             compiles=c_n, compile_ns=int(c_sum), tier=tier,
             speedup=(per_op_avg / fused_avg) if per_op_avg and fused_avg else None,
             first_ops=first_ops))
