@@ -326,7 +326,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     }
     if (!known) {
       const auto start = std::chrono::steady_clock::now();
-      auto program = std::make_shared<fusion::Program>(fusion::plan(state.plan, policy.min_fusible_ops));
+      auto program = std::make_shared<fusion::Program>(fusion::plan(state.plan, policy.min_fusible_ops,
+                                                                         policy.min_group_elements));
       const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                   std::chrono::steady_clock::now() - start)
                                                   .count());

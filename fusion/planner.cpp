@@ -12,7 +12,7 @@ int64_t tile_elements(int64_t operands, int64_t element_bytes) {
   return n;
 }
 
-Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
+Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements) {
   Program program;
   // Last op index that reads each value (anywhere in the segment).
   std::unordered_map<int64_t, uint32_t> last_use;
@@ -85,8 +85,10 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group) {
       ++j;
     }
     const uint32_t run = j - i;
-    if (run == 0 || run < std::max<uint32_t>(min_group, 2)) {
-      // Not worth a group: per op (a pointwise run shorter than the minimum, or extern).
+    if (run == 0 || run < std::max<uint32_t>(min_group, 2) ||
+        static_cast<uint64_t>(std::max<int64_t>(ops[i].numel, 0)) < min_elements) {
+      // Not worth a group: per op (a pointwise run shorter than the minimum or over too
+      // few elements, or extern).
       const uint32_t n = std::max<uint32_t>(run, 1);
       for (uint32_t k = i; k < i + n; ++k) program.steps.push_back(Step{Step::kExtern, k, 1, {}, 0, 0, 0});
       i += n;

@@ -51,8 +51,9 @@ struct Program {
   uint32_t scratch_values = 0;   // intermediates never written to device memory
 };
 
-// min_group: smaller runs stay per op.
-Program plan(const std::vector<PlanOp>& ops, uint32_t min_group);
+// min_group: shorter runs stay per op; so do tile groups over fewer than min_elements
+// elements (foreach groups are not affected: they save a work item per tensor).
+Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements = 0);
 
 // Elements per tile for a group whose ops touch `operands` full-size arrays of `bytes`
 // elements each: sized so one tile of every operand fits in ~2 MiB (a slice of L3: each

@@ -14,12 +14,13 @@ std::string trim(const std::string& s) {
   return a == std::string::npos ? "" : s.substr(a, b - a + 1);
 }
 
-bool parse_uint(const std::string& v, uint64_t lo, uint64_t hi, uint32_t& out) {
-  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 12)
+template <typename T>
+bool parse_uint(const std::string& v, uint64_t lo, uint64_t hi, T& out) {
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 15)
     return false;
   uint64_t n = std::strtoull(v.c_str(), nullptr, 10);
   if (n < lo || n > hi) return false;
-  out = static_cast<uint32_t>(n);
+  out = static_cast<T>(n);
   return true;
 }
 
@@ -94,6 +95,12 @@ const std::vector<Knob>& knobs() {
       {"min_fusible_ops", "integer 1..4096", "smaller groups stay per op",
        [](Policy& p, const std::string& v) { return parse_uint(v, 1, 4096, p.min_fusible_ops); },
        [](const Policy& p) { return std::to_string(p.min_fusible_ops); }},
+      {"min_group_elements", "integer 0..1099511627776",
+       "tile groups over fewer elements stay per op (their operands fit in cache)",
+       [](Policy& p, const std::string& v) {
+         return parse_uint(v, 0, uint64_t{1} << 40, p.min_group_elements);
+       },
+       [](const Policy& p) { return std::to_string(p.min_group_elements); }},
       {"compile_cost_us_instant", "number 0..1e9", "cost gate: expected cost of a tier-1 build (us)",
        [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e9, p.compile_cost_us_instant); },
        [](const Policy& p) { return fmt(p.compile_cost_us_instant); }},
@@ -168,6 +175,7 @@ std::optional<Policy> builtin_policy(const std::string& name) {
     p.hot_threshold = 2;
     p.max_segment_length = 1024;
     p.min_fusible_ops = 1;
+    p.min_group_elements = 0;
     p.expected_repeats = 100000;  // above the default: compiles tier 2 sooner
     return p;
   }
@@ -175,6 +183,7 @@ std::optional<Policy> builtin_policy(const std::string& name) {
     p.hot_threshold = 20;
     p.max_segment_length = 64;
     p.min_fusible_ops = 4;
+    p.min_group_elements = 262144;
     p.expected_repeats = 20;
     p.tier = Tier::kInstant;
     return p;

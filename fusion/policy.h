@@ -24,6 +24,9 @@ struct Policy {
   bool specialize_shapes = true;      // one program per shape (false: shape-generic)
   Tier tier = Tier::kAuto;
   uint32_t min_fusible_ops = 2;       // smaller groups stay per op
+  // Tile groups over fewer elements stay per op: their operands fit in cache, so tiling
+  // saves no traffic, while holding the ops until the cut costs the host/device overlap.
+  uint64_t min_group_elements = 65536;
   double compile_cost_us_instant = 20.0;     // cost gate: expected cost of a tier-1 build
   double compile_cost_us_native = 2000000.0; // and of a native (tier-2) build (~2 s here)
   double expected_repeats = 10000.0;         // repeats assumed for a hot segment

@@ -57,6 +57,25 @@ TEST(Planner, ShapeChangeOrShortRunsSplitGroups) {
   EXPECT_EQ(plan(ops, 3).fused_ops, 0u);
 }
 
+TEST(Planner, GroupsOverTooFewElementsStayPerOp) {
+  std::vector<PlanOp> ops = {pw(4096, {1}, {2}, false), pw(4096, {2}, {3}), pw(1 << 16, {3}, {4}, false),
+                             pw(1 << 16, {4}, {5})};
+  Program p = plan(ops, 2, 1 << 16);
+  ASSERT_EQ(p.steps.size(), 3u);  // the 4096-element run per op, the 65536-element one a group
+  EXPECT_EQ(p.steps[0].kind, Step::kExtern);
+  EXPECT_EQ(p.steps[1].kind, Step::kExtern);
+  EXPECT_EQ(p.steps[2].kind, Step::kTileGroup);
+  EXPECT_EQ(p.fused_ops, 2u);
+  EXPECT_EQ(plan(ops, 2, 0).fused_ops, 4u);  // no floor: both runs group
+  // Foreach groups have no floor: they save a work item per tensor whatever the size.
+  PlanOp each;
+  each.list = 2;
+  each.inputs = {1, 2};
+  PlanOp each2 = each;
+  each2.inputs = {3, 4};
+  EXPECT_EQ(plan({each, each2}, 2, uint64_t{1} << 40).fused_ops, 2u);
+}
+
 TEST(Planner, TileSizeFitsTheBudget) {
   EXPECT_EQ(tile_elements(4, 4) % 64, 0);
   EXPECT_LE(tile_elements(4, 4) * 4 * 4, 2 * 1024 * 1024);

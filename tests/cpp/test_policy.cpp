@@ -24,6 +24,12 @@ TEST(Policy, FileParsesEveryKnobKind) {
   EXPECT_DOUBLE_EQ(p->expected_repeats, 12.5);
   EXPECT_EQ(p->fusible_ops.size(), 2u);
   EXPECT_EQ(p->max_segment_length, 1024u);  // from the aggressive base
+  p = parse_policy("min_group_elements = 1099511627776\n", "test", error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_EQ(p->min_group_elements, uint64_t{1} << 40);
+  EXPECT_FALSE(parse_policy("min_group_elements = 1099511627777\n", "f", error));
+  EXPECT_NE(error.find("0..1099511627776"), std::string::npos) << error;
+  EXPECT_FALSE(parse_policy("min_group_elements = -1\n", "f", error));
 }
 
 TEST(Policy, BadFilesNameTheKeyAndTheRange) {
@@ -55,6 +61,7 @@ TEST(Policy, CostGateWeighsSavingAgainstCompileCost) {
 
 TEST(Policy, JsonHasEveryKnob) {
   auto json = policy_json(Policy{});
-  for (const char* key : {"hot_threshold", "max_segment_length", "tier", "fusible_ops", "lift_scalars"})
+  for (const char* key : {"hot_threshold", "max_segment_length", "tier", "fusible_ops", "lift_scalars",
+                          "min_group_elements"})
     EXPECT_NE(json.find(key), std::string::npos) << key;
 }

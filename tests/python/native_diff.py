@@ -78,7 +78,8 @@ def run(program, inputs):
 def main(programs, seed):
     rng = random.Random(seed)
     neuron_eager.set_mode("adaptive")
-    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1})
+    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1,
+                             "min_group_elements": 0})  # odd small sizes group too
     mismatches = []
     progs = [make(rng) for _ in range(programs)]
     data = []

@@ -117,11 +117,19 @@ def close(actual, expected, transcendental):
         assert torch.equal(actual, expected)
 
 
+# The default policy leaves tile groups over fewer than 65536 elements per op (their
+# operands fit in cache); these tests exercise tile groups on small tensors, so they
+# lift that floor.
+SMALL_GROUPS = {"min_group_elements": 0}
+
+
 @pytest.fixture
 def adaptive():
     previous = neuron_eager.get_mode()
     neuron_eager.set_mode("adaptive")
+    neuron_eager.set_policy(SMALL_GROUPS)
     yield
+    neuron_eager.set_policy("default")
     neuron_eager.set_mode(previous)
 
 
@@ -217,6 +225,34 @@ def test_failure_inside_a_fused_segment_reruns_per_op_and_blacklists(adaptive):
     for o in outs:
         torch.testing.assert_close(o, expected, rtol=1e-6, atol=1e-6)
     assert after["blacklisted"] > before["blacklisted"]
+
+
+@pytest.mark.parametrize("numel,grouped", [(4096, False), (1 << 17, True)])
+def test_default_policy_groups_only_tensors_past_the_cache(numel, grouped):
+    """Under the default policy a pointwise chain over fewer than min_group_elements
+    elements stays per op inside its fused segment (its operands fit in cache: tiling
+    would save nothing and holding the ops would cost the host/device overlap); a larger
+    one runs as a tile group. Both bit-equal to CPU eager."""
+    x = torch.randn(numel)
+    expected = ((x * 3 - 1).sigmoid() + x) * 0.5
+    xn = x.to("neuron")
+    previous = neuron_eager.get_mode()
+    neuron_eager.set_mode("adaptive")
+    neuron_eager.set_policy("default")
+    neuron_eager.reset_fusion_state()  # an earlier test blacklisted this chain's key
+    try:
+        for _ in range(4):  # make the segment ready
+            ((xn * 3 - 1).sigmoid() + xn).mul(0.5).cpu()
+        before = neuron_eager.counters()
+        outs = [((xn * 3 - 1).sigmoid() + xn).mul(0.5).cpu() for _ in range(3)]
+        after = neuron_eager.counters()
+    finally:
+        neuron_eager.set_mode(previous)
+    for o in outs:
+        assert torch.equal(o, expected)
+    assert after["segments_fused"] - before["segments_fused"] >= 3
+    assert (after["ops_in_tile_groups"] > before["ops_in_tile_groups"]) == grouped, after
+    assert neuron_eager.get_policy()["min_group_elements"] == 65536
 
 
 def test_deterministic_algorithms_turn_fusion_off(adaptive):
@@ -345,20 +381,20 @@ def test_last_dim_reductions_join_row_groups_bit_exact(adaptive, shape, dim, dty
     expected = program(x, w)
     args = (x.to("neuron"), w.to("neuron"))
     # No content cuts, so the 20 ops form one segment (a content cut may fall inside).
-    neuron_eager.set_policy({"rolling_bits": 0})
+    neuron_eager.set_policy({"rolling_bits": 0, **SMALL_GROUPS})
     try:
         for _ in range(6):
             assert torch.equal(program(*args).cpu(), expected)
     finally:
-        neuron_eager.set_policy("default")
-    neuron_eager.set_policy({"rolling_bits": 0})
+        neuron_eager.set_policy(SMALL_GROUPS)
+    neuron_eager.set_policy({"rolling_bits": 0, **SMALL_GROUPS})
     # Steady state: all 20 ops (pow, mean, add, rsqrt, mul, mul, sum, amin, amax, div,
     # sub, var, add, sqrt, div, mul, sub, mul, add, add) run in one row group.
     before = neuron_eager.counters()
     try:
         assert torch.equal(program(*args).cpu(), expected)
     finally:
-        neuron_eager.set_policy("default")
+        neuron_eager.set_policy(SMALL_GROUPS)
     after = neuron_eager.counters()
     assert after["ops_in_tile_groups"] - before["ops_in_tile_groups"] == 20
     assert after["fusion_failures"] == before["fusion_failures"]  # the groups really ran
