@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "trace/log.h"
+#include "trace/small_vec.h"
 #include "trace/recorder.h"
 
 namespace neuron::backend {
@@ -43,13 +44,24 @@ void SegmentWork::run_group(const fusion::Step& step) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const int64_t numel = step.numel;
   const int64_t row = step.row;  // 0: plain pointwise group
-  int64_t operands = 0, widest = 1;
+  // Distinct full-size arrays the tiles walk (row-broadcast weights and per-row values
+  // are small; a tensor read by several ops is one array).
+  int64_t widest = 1;
+  trace::SmallVec<uint64_t, 32> arrays;
+  auto note = [&](uint64_t id, const trace::TensorMeta& m) {
+    if (m.numel() != numel) return;
+    widest = std::max<int64_t>(widest, c10::elementSize(static_cast<c10::ScalarType>(m.dtype)));
+    if (std::find(arrays.begin(), arrays.end(), id) == arrays.end()) arrays.push_back(id);
+  };
   for (uint32_t k = step.first; k < step.first + step.count; ++k) {
-    operands += static_cast<int64_t>(ops[k]->record.tensors.size() + ops[k]->output_metas.size());
-    for (const auto& m : ops[k]->output_metas)
-      widest = std::max<int64_t>(widest, c10::elementSize(static_cast<c10::ScalarType>(m.dtype)));
+    const OpWork& op = *ops[k];
+    for (size_t i = 0; i < op.record.tensors.size(); ++i)
+      if (op.inputs[i].storage) note(storage_id(op.inputs[i].storage), op.record.tensors[i]);
+    for (size_t o = 0; o < op.output_metas.size(); ++o)
+      note(storage_id(op.output_storages[o]), op.output_metas[o]);
   }
-  int64_t tile = fusion::tile_elements(operands, widest);
+  const int64_t operands = std::max<int64_t>(1, static_cast<int64_t>(arrays.size()));
+  int64_t tile = fusion::tile_elements(operands, widest, program ? program->tile_bytes : int64_t{2} << 20);
   if (row > 0) {
     // Whole rows, and a multiple of 64 elements so vector tails fall where ATen's do.
     const int64_t unit = std::lcm<int64_t>(row, 64);

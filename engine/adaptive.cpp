@@ -328,6 +328,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
       const auto start = std::chrono::steady_clock::now();
       auto program = std::make_shared<fusion::Program>(fusion::plan(state.plan, policy.min_fusible_ops,
                                                                          policy.min_group_elements));
+      program->tile_bytes = static_cast<int64_t>(policy.tile_bytes);
       const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                   std::chrono::steady_clock::now() - start)
                                                   .count());

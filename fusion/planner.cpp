@@ -5,9 +5,8 @@
 
 namespace neuron::fusion {
 
-int64_t tile_elements(int64_t operands, int64_t element_bytes) {
-  constexpr int64_t kBudget = 2 * 1024 * 1024;
-  int64_t n = kBudget / std::max<int64_t>(1, operands * element_bytes);
+int64_t tile_elements(int64_t operands, int64_t element_bytes, int64_t budget) {
+  int64_t n = budget / std::max<int64_t>(1, operands * element_bytes);
   n = std::max<int64_t>(64, n / 64 * 64);
   return n;
 }

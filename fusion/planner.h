@@ -49,16 +49,18 @@ struct Program {
   std::vector<Step> steps;
   uint32_t fused_ops = 0;        // ops inside tile and foreach groups
   uint32_t scratch_values = 0;   // intermediates never written to device memory
+  int64_t tile_bytes = int64_t{2} << 20;  // tile groups: one tile of every operand (policy)
 };
 
 // min_group: shorter runs stay per op; so do tile groups over fewer than min_elements
 // elements (foreach groups are not affected: they save a work item per tensor).
 Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements = 0);
 
-// Elements per tile for a group whose ops touch `operands` full-size arrays of `bytes`
-// elements each: sized so one tile of every operand fits in ~2 MiB (a slice of L3: each
-// kernel call costs microseconds, so L2-sized tiles lose more in calls than they save), a
-// multiple of 64.
-int64_t tile_elements(int64_t operands, int64_t element_bytes);
+// Elements per tile for a group whose ops touch `operands` distinct full-size arrays of
+// `element_bytes`-byte elements: sized so one tile of every operand fits in `budget`
+// bytes (the policy's tile_bytes, 2 MiB by default: a slice of L3, since each kernel call
+// costs microseconds and L2-sized tiles lose more in calls than they save), a multiple
+// of 64.
+int64_t tile_elements(int64_t operands, int64_t element_bytes, int64_t budget = int64_t{2} << 20);
 
 }  // namespace neuron::fusion

@@ -101,6 +101,12 @@ const std::vector<Knob>& knobs() {
          return parse_uint(v, 0, uint64_t{1} << 40, p.min_group_elements);
        },
        [](const Policy& p) { return std::to_string(p.min_group_elements); }},
+      {"tile_bytes", "integer 65536..1073741824",
+       "tile groups: bytes of one tile of every distinct full-size operand",
+       [](Policy& p, const std::string& v) {
+         return parse_uint(v, uint64_t{1} << 16, uint64_t{1} << 30, p.tile_bytes);
+       },
+       [](const Policy& p) { return std::to_string(p.tile_bytes); }},
       {"compile_cost_us_instant", "number 0..1e9", "cost gate: expected cost of a tier-1 build (us)",
        [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e9, p.compile_cost_us_instant); },
        [](const Policy& p) { return fmt(p.compile_cost_us_instant); }},

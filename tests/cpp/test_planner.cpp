@@ -80,6 +80,8 @@ TEST(Planner, TileSizeFitsTheBudget) {
   EXPECT_EQ(tile_elements(4, 4) % 64, 0);
   EXPECT_LE(tile_elements(4, 4) * 4 * 4, 2 * 1024 * 1024);
   EXPECT_GE(tile_elements(1000, 8), 64);
+  EXPECT_EQ(tile_elements(4, 4, 8 << 20), 4 * tile_elements(4, 4));  // the policy's budget
+  EXPECT_LE(tile_elements(3, 4, 1 << 16) * 3 * 4, 1 << 16);
 }
 
 TEST(Planner, PerRowOpsJoinOnlyGroupsWithKnownRows) {

@@ -30,6 +30,11 @@ TEST(Policy, FileParsesEveryKnobKind) {
   EXPECT_FALSE(parse_policy("min_group_elements = 1099511627777\n", "f", error));
   EXPECT_NE(error.find("0..1099511627776"), std::string::npos) << error;
   EXPECT_FALSE(parse_policy("min_group_elements = -1\n", "f", error));
+  p = parse_policy("tile_bytes = 8388608\n", "test", error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_EQ(p->tile_bytes, uint64_t{8} << 20);
+  EXPECT_FALSE(parse_policy("tile_bytes = 1024\n", "f", error));
+  EXPECT_NE(error.find("65536..1073741824"), std::string::npos) << error;
 }
 
 TEST(Policy, BadFilesNameTheKeyAndTheRange) {
@@ -62,6 +67,6 @@ TEST(Policy, CostGateWeighsSavingAgainstCompileCost) {
 TEST(Policy, JsonHasEveryKnob) {
   auto json = policy_json(Policy{});
   for (const char* key : {"hot_threshold", "max_segment_length", "tier", "fusible_ops", "lift_scalars",
-                          "min_group_elements"})
+                          "min_group_elements", "tile_bytes"})
     EXPECT_NE(json.find(key), std::string::npos) << key;
 }

@@ -255,6 +255,35 @@ def test_default_policy_groups_only_tensors_past_the_cache(numel, grouped):
     assert neuron_eager.get_policy()["min_group_elements"] == 65536
 
 
+@pytest.mark.parametrize("tile_bytes", [1 << 16, 1 << 30])
+def test_tile_size_changes_no_result(adaptive, tile_bytes):
+    """The smallest tile budget (many tiles of a few rows) and the largest (one tile):
+    a LayerNorm + GELU + residual chain stays bit-equal to CPU eager."""
+    torch.manual_seed(2)
+    x = torch.randn(300, 384)
+    ln = nn.LayerNorm(384)
+
+    def program(x, ln):
+        y = x
+        for _ in range(2):
+            y = y + nn.functional.silu(ln(y)) * 0.5
+        return y
+
+    expected = program(x, ln)
+    args = (x.to("neuron"), ln.to("neuron"))
+    neuron_eager.set_policy({**SMALL_GROUPS, "tile_bytes": tile_bytes})
+    neuron_eager.reset_fusion_state()  # programs keep the tile size they were planned with
+    try:
+        before = neuron_eager.counters()
+        for _ in range(6):
+            assert torch.equal(program(*args).cpu(), expected)
+        after = neuron_eager.counters()
+    finally:
+        neuron_eager.set_policy(SMALL_GROUPS)
+    assert after["ops_in_tile_groups"] > before["ops_in_tile_groups"]
+    assert after["fusion_failures"] == before["fusion_failures"]
+
+
 def test_deterministic_algorithms_turn_fusion_off(adaptive):
     torch.use_deterministic_algorithms(True)
     try:
