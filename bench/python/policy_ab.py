@@ -47,7 +47,15 @@ def main():
     args = p.parse_args()
     import neuron_eager
 
-    wl = {w.name: w for w in all_workloads(args.tiny)}[args.workload]
+    workloads = {w.name: w for w in all_workloads(args.tiny)}
+    if args.workload not in workloads:
+        sys.exit(f"policy_ab: unknown workload '{args.workload}'; allowed: {', '.join(workloads)}")
+    wl = workloads[args.workload]
+    for spec in args.policies:  # every policy valid before anything runs
+        try:
+            neuron_eager.set_policy("default" if parse(spec) is None else parse(spec))
+        except (ValueError, TypeError, RuntimeError) as e:
+            sys.exit(f"policy_ab: policy '{spec}': {e}")
     neuron_eager.set_mode("adaptive")
     run = wl.make("neuron", None)
     sync = torch.neuron.synchronize

@@ -107,3 +107,11 @@ def test_omp_teams_bench():
     text = run("omp_teams.py", "--size", "8,16,16", "--calls", "20", "--repeats", "1")
     lines = [l for l in text.splitlines() if l.startswith("2-thread mm 8x16x16")]
     assert len(lines) == 3 and "x the main thread" in lines[2], text
+
+
+def test_policy_ab_bench():
+    text = run("policy_ab.py", "chain_small", "--tiny", "min_group_elements=0",
+               "aggressive", "eager", "--rounds", "2", "--steps", "2", "--warmup", "4")
+    lines = [l for l in text.splitlines() if "median" in l]
+    assert [l.split()[0] for l in lines] == ["min_group_elements=0", "aggressive", "eager"], text
+    assert all(float(l.split()[2]) > 0 for l in lines), text
