@@ -61,7 +61,7 @@ void SegmentWork::run_group(const fusion::Step& step) {
       note(storage_id(op.output_storages[o]), op.output_metas[o]);
   }
   const int64_t operands = std::max<int64_t>(1, static_cast<int64_t>(arrays.size()));
-  int64_t tile = fusion::tile_elements(operands, widest, program ? program->tile_bytes : int64_t{2} << 20);
+  int64_t tile = fusion::tile_elements(operands, widest, program->tile_bytes);
   if (row > 0) {
     // Whole rows, and a multiple of 64 elements so vector tails fall where ATen's do.
     const int64_t unit = std::lcm<int64_t>(row, 64);

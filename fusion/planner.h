@@ -45,11 +45,14 @@ struct Step {
   int64_t list = 0;  // foreach groups: tensors per list
 };
 
+// The default tile budget of tile groups (the policy's tile_bytes).
+inline constexpr int64_t kDefaultTileBytes = int64_t{2} << 20;
+
 struct Program {
   std::vector<Step> steps;
   uint32_t fused_ops = 0;        // ops inside tile and foreach groups
   uint32_t scratch_values = 0;   // intermediates never written to device memory
-  int64_t tile_bytes = int64_t{2} << 20;  // tile groups: one tile of every operand (policy)
+  int64_t tile_bytes = kDefaultTileBytes;  // tile groups: one tile of every operand (policy)
 };
 
 // min_group: shorter runs stay per op; so do tile groups over fewer than min_elements
@@ -61,6 +64,6 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_el
 // bytes (the policy's tile_bytes, 2 MiB by default: a slice of L3, since each kernel call
 // costs microseconds and L2-sized tiles lose more in calls than they save), a multiple
 // of 64.
-int64_t tile_elements(int64_t operands, int64_t element_bytes, int64_t budget = int64_t{2} << 20);
+int64_t tile_elements(int64_t operands, int64_t element_bytes, int64_t budget = kDefaultTileBytes);
 
 }  // namespace neuron::fusion

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "fusion/planner.h"
+
 namespace neuron::fusion {
 
 enum class Tier { kInstant, kNative, kAuto };
@@ -30,7 +32,7 @@ struct Policy {
   // Tile groups run tile by tile, sized so one tile of every distinct full-size operand
   // fits in this many bytes: larger tiles mean fewer kernel calls, smaller ones less
   // traffic beyond the cache.
-  uint64_t tile_bytes = uint64_t{2} << 20;
+  uint64_t tile_bytes = static_cast<uint64_t>(kDefaultTileBytes);
   double compile_cost_us_instant = 20.0;     // cost gate: expected cost of a tier-1 build
   double compile_cost_us_native = 2000000.0; // and of a native (tier-2) build (~2 s here)
   double expected_repeats = 10000.0;         // repeats assumed for a hot segment

@@ -262,9 +262,8 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
     misses = by_key(ev[kind == KEY_MISS])
     # Per key: fused occurrences, their time and their groups; SegmentExecutes that lie in
     # no cut of their key (a trace cut short) count one occurrence each.
-    _, _, f_occ_n, _ = _group(cuts["value"], is_fused.astype(np.float64))
-    _, _, f_occ_ns, _ = _group(cuts["value"], occ_fused_ns)
-    _, _, f_occ_groups, _ = _group(cuts["value"], occ_groups.astype(np.float64))
+    f_occ_n, f_occ_ns, f_occ_groups = (np.bincount(inverse, weights=w, minlength=len(keys))
+                                       for w in (is_fused, occ_fused_ns, occ_groups))
     fused_by = {int(k): [int(n), float(ns), int(g)] for k, n, ns, g in
                 zip(keys.tolist(), f_occ_n.tolist(), f_occ_ns.tolist(), f_occ_groups.tolist())}
     fused_first = by_key(fused)
