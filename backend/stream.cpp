@@ -7,6 +7,7 @@ namespace {
 
 std::atomic<void (*)()> g_thread_init{nullptr};
 std::atomic<Stream::WaitFn> g_wait_wrapper{nullptr};
+std::atomic<int64_t> g_sync_yield_us{20000};
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,6 +19,7 @@ inline void cpu_relax() {
 
 void Stream::set_thread_init(void (*init)()) { g_thread_init.store(init); }
 void Stream::set_wait_wrapper(WaitFn wrapper) { g_wait_wrapper.store(wrapper); }
+void Stream::set_sync_yield(std::chrono::microseconds budget) { g_sync_yield_us.store(budget.count()); }
 
 void Stream::host_wait(void (*wait)(void*), void* arg) {
   if (auto wrapper = g_wait_wrapper.load())
@@ -154,6 +156,20 @@ void Stream::wait_until(uint64_t target) {
   } wait{this, target};
   auto block = [](void* arg) {
     auto* w = static_cast<Wait*>(arg);
+    // Yield before sleeping (the GIL is released here). On a VM, a vCPU whose threads all
+    // sleep is halted, and waking a thread there (libgomp's team threads wake each other
+    // at every parallel region of a worker kernel; the worker wakes a sleeping host) costs
+    // tens of microseconds. A yielding host keeps its core awake and gives way at once to
+    // any thread runnable there. mlp_train, adaptive, 5 interleaved runs of 300 steps:
+    // 2.16 ms per step (median) sleeping at once, 1.65 ms yielding first.
+    const int64_t budget_us = g_sync_yield_us.load(std::memory_order_relaxed);
+    if (budget_us > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
+      while (w->self->completed_.load(std::memory_order_acquire) < w->target &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      if (w->self->completed_.load(std::memory_order_acquire) >= w->target) return;
+    }
     std::unique_lock lock(w->self->mutex_);
     ++w->self->waiters_;
     w->self->done_cv_.wait(lock, [&] {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -69,6 +70,8 @@ class Stream {
   // Called once on each new worker thread before it runs items (the engine sets up
   // per-thread state there, such as the intra-op thread count).
   static void set_thread_init(void (*init)());
+  // How long a host thread waiting for this stream yields its core before it sleeps.
+  static void set_sync_yield(std::chrono::microseconds budget);
   // Wraps every blocking wait of a host thread (the Python bindings release the GIL there,
   // so a worker that drops the last reference to a Python-owned object can finish).
   using WaitFn = void (*)(void (*wait)(void*), void* arg);

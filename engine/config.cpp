@@ -111,6 +111,14 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.worker_threads = static_cast<int>(n);
   }
+  if (auto v = env("NEURON_SYNC_YIELD_US")) {
+    long long n = 0;
+    if (!parse_int(*v, n) || n < 0 || n > 1000000) {
+      error = bad("NEURON_SYNC_YIELD_US", *v, "an integer from 0 to 1000000 (microseconds)");
+      return std::nullopt;
+    }
+    c.sync_yield_us = n;
+  }
   if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
   if (auto v = env("NEURON_CACHE_DIR")) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -17,6 +18,7 @@ struct Config {
   size_t hbm_bytes = size_t{8} << 30;  // 8 GiB per core
   std::string log_level = "warn";
   int worker_threads = 0;  // intra-op threads for large work items; 0: CPU eager's count
+  int64_t sync_yield_us = 20000;  // how long a waiting host thread yields before it sleeps
   std::string trace_path;
   std::string policy_path;
   std::string cache_dir;

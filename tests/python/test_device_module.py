@@ -74,6 +74,38 @@ def test_device_count_follows_env():
     assert "N 3 3" in r.stdout and "D neuron:2" in r.stdout and "BAD3" in r.stdout
 
 
+@pytest.mark.parametrize("yield_us", ["0", "1", "1000000"])
+def test_host_waits_sleep_or_yield_with_the_same_results(yield_us):
+    # 0: a waiting host sleeps at once; 1: it yields 1 us, then sleeps (the worker must
+    # wake it); 1000000: it yields until the work is done. Each wait ends with every
+    # result there, equal to CPU's.
+    r = run_py("""
+        import torch, threading
+        torch.manual_seed(0)
+        x = torch.randn(256, 256)
+        d = x.to("neuron")
+        for step in range(20):
+            y = d
+            for _ in range(5):
+                y = (y @ d).tanh()
+            c = x
+            for _ in range(5):
+                c = (c @ x).tanh()
+            assert torch.equal(y.cpu(), c), step
+            torch.neuron.synchronize()
+        # A second host thread waiting at the same time as the main one.
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("v", (d @ d).sum().item()))
+        t.start()
+        main = (d @ d).sum().item()
+        t.join()
+        assert out["v"] == main == (x @ x).sum().item()
+        print("OK")
+    """, NEURON_SYNC_YIELD_US=yield_us)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "OK" in r.stdout
+
+
 @pytest.mark.parametrize("var,value,allowed", [
     ("NEURON_EAGER_MODE", "fast", "eager, adaptive"),
     ("NEURON_CORES", "0", "1 to 64"),
@@ -84,6 +116,8 @@ def test_device_count_follows_env():
     ("NEURON_LAUNCH_BLOCKING", "yes", "0 or 1"),
     ("NEURON_CXX", "g++ -O3", "without spaces"),
     ("NEURON_CACHE_DIR", "", "a folder path"),
+    ("NEURON_SYNC_YIELD_US", "-1", "0 to 1000000"),
+    ("NEURON_SYNC_YIELD_US", "5ms", "0 to 1000000"),
 ])
 def test_bad_env_value_fails_import(var, value, allowed):
     r = run_py("import torch", **{var: value})
