@@ -2,6 +2,7 @@
 // op, infers output geometry (shape cache, else the Meta kernel), allocates outputs on
 // the device, queues the work on the current stream and returns at once.
 #include <ATen/core/op_registration/adaption.h>
+#include <c10/util/SmallVector.h>
 
 #include <memory>
 
@@ -213,8 +214,17 @@ bool same_dtypes_as_first_list(const OpWork& work) {
 constexpr int64_t kMaxQueuedOps = 1024;
 
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  neuron_fallback(op, stack, nullptr);
+}
+
+void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, BorrowedArgs* borrowed) {
   OpInfo& info = op_info(op);
   bump(g_counters.ops_dispatched);
+  // Code that pops the arguments gets counted references.
+  auto run_synchronously = [&](const c10::OperatorHandle& o, const OpInfo& i, torch::jit::Stack* s) {
+    if (borrowed != nullptr) borrowed->make_owned();
+    engine::run_synchronously(o, i, s);
+  };
   if (info.synchronous) return run_synchronously(op, info, stack);
   const bool observe = observing();
   const uint64_t start_ns = trace::recording() ? trace::Recorder::instance().now_ns() : 0;
@@ -302,8 +312,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   // Returns: fresh outputs on the device, views over their base, in-place args as is.
-  torch::jit::Stack results;
-  results.reserve(info.returns.size());
+  c10::SmallVector<c10::IValue, 4> results;
   bool all_outputs_defined = true;
   for (const ReturnInfo& ri : info.returns) {
     if (ri.kind == ReturnInfo::kInplace) {
@@ -381,7 +390,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (stream.pending() > kMaxQueuedOps) stream.wait_for_backlog(kMaxQueuedOps / 2);
     if (launch_blocking()) synchronize_stream(stream, "NEURON_LAUNCH_BLOCKING");
   }
-  torch::jit::drop(*stack, num_args);
+  if (borrowed != nullptr)
+    borrowed->drop();
+  else
+    torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
 }
 

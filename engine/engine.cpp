@@ -19,6 +19,7 @@ namespace neuron::engine {
 
 void register_device_hooks();      // device.cpp
 void register_cpu_kernel_routes();  // cpu_routes.cpp
+void register_fast_ops();          // fast_ops.cpp (before the CPU kernel routes)
 
 namespace {
 
@@ -64,6 +65,7 @@ const Config& init_from_env() {
     backend::Stream::set_sync_yield(std::chrono::microseconds(g_config.sync_yield_us));
     backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
     register_device_hooks();
+    register_fast_ops();
     register_cpu_kernel_routes();
     g_initialized = true;
     if (!g_config.trace_path.empty()) start_trace(g_config.trace_path);

@@ -1,5 +1,7 @@
 #include "engine/op_table.h"
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <tbb/concurrent_hash_map.h>
@@ -191,10 +193,7 @@ Table& table() {
   return *t;
 }
 
-}  // namespace
-
-OpInfo& op_info(const c10::OperatorHandle& op) {
-  const c10::FunctionSchema* key = &op.schema();
+OpInfo& op_info_shared(const c10::OperatorHandle& op, const c10::FunctionSchema* key) {
   Table& t = table();
   {
     decltype(t.infos)::const_accessor found;
@@ -204,6 +203,23 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   decltype(t.infos)::accessor slot;
   if (t.infos.insert(slot, key)) slot->second = std::move(built);
   return *slot->second;
+}
+
+}  // namespace
+
+OpInfo& op_info(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* key = &op.schema();
+  // A small per-thread cache in front of the shared table (entries never move or die).
+  struct Entry {
+    const c10::FunctionSchema* key = nullptr;
+    OpInfo* info = nullptr;
+  };
+  thread_local std::array<Entry, 64> recent;
+  Entry& e = recent[(reinterpret_cast<uintptr_t>(key) >> 4) % recent.size()];
+  if (e.key == key) return *e.info;
+  OpInfo& found = op_info_shared(op, key);
+  e = {key, &found};
+  return found;
 }
 
 void mark_synchronous(OpInfo& info, std::string reason) {

@@ -155,7 +155,13 @@ def test_foreach_groups_on_tier2_match_cpu_bit_for_bit(tmp_path):
         if case == "noncontiguous":
             assert all(c["unsupported"] >= 1 and c["runs"] == 0 for c in per_dtype.values()), r[case]
         else:
-            assert any(c["accepted"] >= 1 and c["runs"] > 0 for c in per_dtype.values()), (case, per_dtype)
+            # Each case's kernel is built and tried against tier 1 (the trials compare bits:
+            # rejected_mismatch is 0 above). Whether it then stays is a timing verdict on a
+            # shared 2-core machine (float64 sqrt_neg_abs loses to tier 1; under load float32
+            # may too), so a kernel rejected as slower counts here; some case must run kernels.
+            assert any((c["accepted"] >= 1 and c["runs"] > 0) or c["rejected_slower"] >= 1
+                       for c in per_dtype.values()), (case, per_dtype)
+    assert sum(c["runs"] for d in r.values() for c in d.values()) > 0, r
     # AdamW's column-major gradient element ran on tier 1 beside the kernel, each run.
     adamw = r["torch_adamw"]["float32"]
     assert adamw["foreach_tier1_elements"] >= adamw["runs"] > 0, adamw
