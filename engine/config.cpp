@@ -119,6 +119,13 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.sync_yield_us = n;
   }
+  if (auto v = env("NEURON_PIN_WORKERS")) {
+    if (*v != "0" && *v != "1") {
+      error = bad("NEURON_PIN_WORKERS", *v, "0 or 1");
+      return std::nullopt;
+    }
+    c.pin_workers = *v == "1";
+  }
   if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
   if (auto v = env("NEURON_CACHE_DIR")) {

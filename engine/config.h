@@ -19,6 +19,7 @@ struct Config {
   std::string log_level = "warn";
   int worker_threads = 0;  // intra-op threads for large work items; 0: CPU eager's count
   int64_t sync_yield_us = 20000;  // how long a waiting host thread yields before it sleeps
+  bool pin_workers = true;        // each worker team thread on its own CPU
   std::string trace_path;
   std::string policy_path;
   std::string cache_dir;

@@ -106,6 +106,30 @@ def test_host_waits_sleep_or_yield_with_the_same_results(yield_us):
     assert "OK" in r.stdout
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 allowed CPUs")
+@pytest.mark.parametrize("pin", ["0", "1"])
+def test_worker_team_threads_pinned_to_distinct_cpus(pin):
+    # The worker's OpenMP team (2 threads: CPU eager's count here) pins each of its threads
+    # to its own CPU; the host threads stay free. NEURON_PIN_WORKERS=0 pins nothing.
+    r = run_py("""
+        import os, torch
+        torch.set_num_threads(2)
+        x = torch.randn(256, 256).to("neuron")
+        (x @ x).sum().item()  # the worker has started and run a 2-thread kernel
+        masks = [os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")]
+        single = sorted(next(iter(m)) for m in masks if len(m) == 1)
+        print("SINGLE", single, "MAIN", len(os.sched_getaffinity(0)))
+    """, NEURON_PIN_WORKERS=pin)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(l for l in r.stdout.splitlines() if l.startswith("SINGLE"))
+    single = eval(line.split("SINGLE", 1)[1].split("MAIN")[0])
+    assert int(line.rsplit("MAIN", 1)[1]) >= 2  # the host thread is not pinned
+    if pin == "1":
+        assert len(single) == 2 and single[0] != single[1], line
+    else:
+        assert single == [], line
+
+
 @pytest.mark.parametrize("var,value,allowed", [
     ("NEURON_EAGER_MODE", "fast", "eager, adaptive"),
     ("NEURON_CORES", "0", "1 to 64"),
@@ -117,6 +141,7 @@ def test_host_waits_sleep_or_yield_with_the_same_results(yield_us):
     ("NEURON_CXX", "g++ -O3", "without spaces"),
     ("NEURON_CACHE_DIR", "", "a folder path"),
     ("NEURON_SYNC_YIELD_US", "-1", "0 to 1000000"),
+    ("NEURON_PIN_WORKERS", "yes", "0 or 1"),
     ("NEURON_SYNC_YIELD_US", "5ms", "0 to 1000000"),
 ])
 def test_bad_env_value_fails_import(var, value, allowed):
