@@ -85,6 +85,10 @@ void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit);
 // bits do not depend on the count, such as elementwise kernels); the next
 // set_item_threads() restores the usual count.
 void set_item_threads_to(int threads);
+// The calling worker's OpenMP team: thread k's id and the CPU it keeps while a host thread
+// waits for the stream (the host is then idle); while the host is busy every team thread
+// may run on any of `allowed` and the scheduler keeps them off the host's CPU as it can.
+void register_worker_team(std::vector<int> tids, std::vector<int> cpus, std::vector<int> allowed);
 // Emits a traced op's OpExecute event (recording must be on).
 class OpWork;
 void emit_op_execute(const OpWork& work, uint64_t time_ns, uint64_t duration_ns);

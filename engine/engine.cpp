@@ -32,12 +32,8 @@ std::atomic<bool> g_initialized{false};
 std::atomic<Mode> g_mode{Mode::kEager};
 std::atomic<bool> g_launch_blocking{false};
 
-// Each thread of a stream worker's OpenMP team on its own CPU (the worker on one, its team
-// threads on the next ones, worker k starting k CPUs further). Unpinned, a team thread that
-// libgomp wakes from sleep (it sleeps between regions whenever two teams exist, the host's
-// and the worker's, on 2 CPUs) was often woken onto the worker's own CPU: a 256x688x256
-// mm on the worker took 697/1339 us in two runs unpinned, 716/718 pinned (CPU eager 701).
-// The host threads stay unpinned and go to whichever CPU is free.
+// The worker's OpenMP team, registered for placement (backend::register_worker_team):
+// thread k on CPU base + k while a host thread waits, worker k starting k CPUs further.
 void pin_worker_team() {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -52,14 +48,13 @@ void pin_worker_team() {
   backend::set_item_threads_to(team);
   // One index per team thread: ATen gives chunk k of [0, team) to OpenMP thread k, and the
   // pool keeps these threads for the worker's later parallel regions.
+  std::vector<int> tids(static_cast<size_t>(team), 0), placed(static_cast<size_t>(team));
   at::parallel_for(0, team, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[static_cast<size_t>((base + k) % static_cast<int64_t>(cpus.size()))], &one);
-      sched_setaffinity(0, sizeof(one), &one);  // best effort: a refusal leaves it unpinned
-    }
+    for (int64_t k = begin; k < end; ++k) tids[static_cast<size_t>(k)] = static_cast<int>(gettid());
   });
+  for (int k = 0; k < team; ++k) placed[static_cast<size_t>(k)] = cpus[static_cast<size_t>((base + k) % static_cast<int>(cpus.size()))];
+  if (std::find(tids.begin(), tids.end(), 0) != tids.end()) return;  // the region ran short
+  backend::register_worker_team(std::move(tids), std::move(placed), std::move(cpus));
 }
 
 // Workers set their OpenMP thread count per item (backend::set_item_threads): CPU eager's

@@ -109,13 +109,15 @@ def test_host_waits_sleep_or_yield_with_the_same_results(yield_us):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 allowed CPUs")
 @pytest.mark.parametrize("pin", ["0", "1"])
 def test_worker_team_threads_pinned_to_distinct_cpus(pin):
-    # The worker's OpenMP team (2 threads: CPU eager's count here) pins each of its threads
-    # to its own CPU; the host threads stay free. NEURON_PIN_WORKERS=0 pins nothing.
+    # While the host waits, the worker's OpenMP team (2 threads: CPU eager's count here)
+    # has each thread on its own CPU; the host threads stay free. NEURON_PIN_WORKERS=0
+    # places nothing.
     r = run_py("""
         import os, torch
         torch.set_num_threads(2)
         x = torch.randn(256, 256).to("neuron")
-        (x @ x).sum().item()  # the worker has started and run a 2-thread kernel
+        ys = [x @ x for _ in range(30)]  # 2-thread kernels, most of them run while
+        torch.neuron.synchronize()       # the host waits here
         masks = [os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")]
         single = sorted(next(iter(m)) for m in masks if len(m) == 1)
         print("SINGLE", single, "MAIN", len(os.sched_getaffinity(0)))
