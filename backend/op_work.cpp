@@ -2,8 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/List.h>
-#include <dlfcn.h>
-#include <sched.h>
 
 #include <mutex>
 #include <ATen/ops/empty.h>
@@ -221,96 +219,6 @@ struct ExecuteEvent {
 };
 
 }  // namespace
-
-namespace {
-std::atomic<int> g_large_threads{1};
-thread_local int t_threads = -1;
-using SetThreads = void (*)(int);
-SetThreads omp_setter() {
-  static auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  return f;
-}
-}  // namespace
-
-void set_large_item_threads(int threads) { g_large_threads.store(std::max(1, threads)); }
-
-namespace {
-struct TeamPlacement {
-  std::vector<int> tids, cpus, allowed;
-  int separate = -1;  // -1: not placed yet
-};
-thread_local TeamPlacement t_team;
-
-// Team threads on their own CPUs while the host waits (a team thread woken onto the
-// worker's CPU halves a kernel: 256x688x256 mm 1161/1241 us against 711/720 us placed, CPU
-// eager 701); free while the host works (placed then, mlp_train adaptive took 2.7-3.4 ms
-// per step against 1.5-2.2 free: the team thread shares the busy host's CPU).
-void place_worker_team(bool separate) {
-  if (t_team.tids.empty() || t_team.separate == static_cast<int>(separate)) return;
-  for (size_t i = 0; i < t_team.tids.size(); ++i) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (separate)
-      CPU_SET(t_team.cpus[i], &set);
-    else
-      for (int c : t_team.allowed) CPU_SET(c, &set);
-    sched_setaffinity(t_team.tids[i], sizeof(set), &set);  // best effort
-  }
-  t_team.separate = separate;
-}
-}  // namespace
-
-void register_worker_team(std::vector<int> tids, std::vector<int> cpus, std::vector<int> allowed) {
-  t_team = TeamPlacement{std::move(tids), std::move(cpus), std::move(allowed), -1};
-}
-
-void set_item_threads_to(int threads) {
-  if (threads > 1) {
-    const Stream* stream = Stream::current_worker_stream();
-    place_worker_team(stream != nullptr && stream->host_needs_threads());
-  }
-  if (threads == t_threads) return;
-  if (auto f = omp_setter()) f(threads);
-  t_threads = threads;
-}
-
-void set_item_threads(bool free, int64_t elements) {
-  const int cpu = g_large_threads.load(std::memory_order_relaxed);
-  if (!free || cpu == 1) return set_item_threads_to(cpu);
-  const Stream* stream = Stream::current_worker_stream();
-  const bool spread = elements >= kSpreadElements && stream != nullptr && stream->host_needs_threads();
-  set_item_threads_to(spread ? cpu : 1);
-}
-
-void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit) {
-  const int cpu = g_large_threads.load(std::memory_order_relaxed);
-  const Stream* stream = Stream::current_worker_stream();
-  std::atomic<int64_t> next{0};
-  auto share = [&] {
-    for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n; u = next.fetch_add(1, std::memory_order_relaxed))
-      unit(u);
-  };
-  set_item_threads_to(1);
-  while (next.load(std::memory_order_relaxed) < n) {
-    if (cpu > 1 && stream != nullptr && n - next.load(std::memory_order_relaxed) > 1 && stream->host_needs_threads()) {
-      set_item_threads_to(cpu);
-      at::parallel_for(0, cpu, 1, [&](int64_t, int64_t) { share(); });
-      return;
-    }
-    const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
-    if (u < n) unit(u);
-  }
-}
-
-bool elementwise_split_free(int64_t numel) {
-  // ATen splits [0, numel) into p chunks of ceil(numel / p), p up to the thread count
-  // (kernels pick their own grain, so any p may occur).
-  const int64_t threads = g_large_threads.load(std::memory_order_relaxed);
-  if (threads > 64) return false;
-  for (int64_t p = 2; p <= threads; ++p)
-    if (((numel + p - 1) / p) % 64 != 0) return false;
-  return true;
-}
 
 bool contiguous(const trace::TensorMeta& m) {
   int64_t expected = 1;
