@@ -220,12 +220,12 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, BorrowedArgs* borrowed) {
   OpInfo& info = op_info(op);
   bump(g_counters.ops_dispatched);
-  // Code that pops the arguments gets counted references.
-  auto run_synchronously = [&](const c10::OperatorHandle& o, const OpInfo& i, torch::jit::Stack* s) {
+  // run_synchronously pops the arguments: it gets counted references.
+  auto run_now = [&] {
     if (borrowed != nullptr) borrowed->make_owned();
-    engine::run_synchronously(o, i, s);
+    run_synchronously(op, info, stack);
   };
-  if (info.synchronous) return run_synchronously(op, info, stack);
+  if (info.synchronous) return run_now();
   const bool observe = observing();
   const uint64_t start_ns = trace::recording() ? trace::Recorder::instance().now_ns() : 0;
 
@@ -233,7 +233,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Bo
   auto args = torch::jit::last(*stack, num_args);
   auto work = OpWork::acquire(op);
   Recorder recorder(info, *work);
-  if (!recorder.record(args)) return run_synchronously(op, info, stack);
+  if (!recorder.record(args)) return run_now();
   c10::DeviceIndex device = recorder.device();
   if (device < 0) device = current_device();
   if (recorder.pending_generator_ >= 0) {
@@ -276,11 +276,11 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Bo
       infer_with_meta(op, info, *work, args, outs);
     } catch (const c10::NotImplementedError&) {
       mark_synchronous(info, "no Meta kernel to infer output shapes");
-      return run_synchronously(op, info, stack);
+      return run_now();
     } catch (const std::exception&) {
       // Data-dependent meta kernels and argument errors: running on CPU now either
       // succeeds or raises the error CPU eager would raise.
-      return run_synchronously(op, info, stack);
+      return run_now();
     }
     match_cpu_shapes(info, args, outs, *work);
     if (shape_record->hashable) shape_cache().insert(*shape_record, key, outs);

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <vector>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #include "backend/runtime.h"
 #include "backend/op_work.h"

@@ -31,7 +31,6 @@
 #include <ATen/ops/where_ops.h>
 
 #include <array>
-#include <tuple>
 #include <type_traits>
 
 #include "engine/dispatch.h"
