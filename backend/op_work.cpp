@@ -236,6 +236,16 @@ int64_t OpWork::work_elements() const {
   return elements;
 }
 
+int64_t OpWork::matmul_work() const {
+  // Multiply-adds over 32, in elementwise-op equivalents for kSpreadElements: output
+  // elements times the inner dim, the next-to-last dim of the last tensor argument (mat2
+  // of mm, addmm, bmm, baddbmm; vec of mv, addmv).
+  if (record.tensors.empty() || output_metas.empty()) return work_elements();
+  const trace::TensorMeta& last = record.tensors.back();
+  const int64_t inner = last.ndim >= 2 ? last.sizes[last.ndim - 2] : last.ndim == 1 ? last.sizes[0] : 1;
+  return output_metas[0].numel() * inner / 32;
+}
+
 bool OpWork::thread_free() const {
   switch (threads) {
     case ThreadRule::kFixed:
@@ -244,6 +254,9 @@ bool OpWork::thread_free() const {
       return true;
     case ThreadRule::kElementwise:
       break;
+    case ThreadRule::kMatmul:
+    case ThreadRule::kReduction:
+      return trial_thread_free(*this);
     case ThreadRule::kRowLastDim: {
       if (record.tensors.empty() || values.size() < 2 || !values[1].isInt()) return false;
       const int64_t dim = values[1].toInt(), ndim = record.tensors[0].ndim;
@@ -272,7 +285,14 @@ bool OpWork::thread_free() const {
 void OpWork::run() {
   ExecuteEvent event(*this);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  set_item_threads(thread_free(), work_elements());
+  if (threads == ThreadRule::kMatmul) {
+    // Large products take CPU eager's count even while the host is busy (the host soon
+    // waits for them; one thread would leave a core idle for the rest of the product).
+    const int64_t work = matmul_work();
+    set_item_threads(work < kLargeMatmulWork && thread_free(), work);
+  } else {
+    set_item_threads(thread_free(), work_elements());
+  }
   torch::jit::Stack stack;
   if (inplace_op && !slots.empty() && slots[0].kind == SlotKind::kTensorList &&
       slots[0].count == output_metas.size()) {

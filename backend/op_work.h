@@ -61,9 +61,11 @@ enum class ThreadRule : uint8_t {
   kElementwise,  // elementwise kernels: only where ATen's split points fall on vector
                  // boundaries (checked per item, see thread_free())
   kRowLastDim,   // softmax / log_softmax: free over the last dim (one row per thread)
+  kMatmul,       // matmuls: free where a trial per geometry finds equal bits (thread_trial.cpp)
+  kReduction,    // dim reductions (sum, mean): likewise
 };
-// (MKL's matmuls are not free: a 10x16 @ 16x64 float product differs in its last bits
-// between 1 and 2 threads.)
+// (MKL's matmuls are not free in general: a 10x64 @ 64x256 float product differs in its
+// last bits between 1 and 2 threads; most shapes do not.)
 
 // Intra-op threads for one work item on the worker. Items whose bits may depend on the
 // count use CPU eager's, so BLAS, FFT and reductions split work the same way, bit for
@@ -74,7 +76,15 @@ enum class ThreadRule : uint8_t {
 // kSpreadElements elements (smaller ones cost more to wake a helper for than they save).
 void set_item_threads(bool free, int64_t elements);
 constexpr int64_t kSpreadElements = int64_t{1} << 18;
+// A matmul free of the thread count counts multiply-adds / 32 (OpWork::matmul_work):
+// below kSpreadElements (8M multiply-adds) it runs on one thread even while the host
+// waits (mlp_train's 64x256x256 products: waking a sleeping team thread for each cost more
+// than the second core gave); from kLargeMatmulWork (16M) on it takes CPU eager's count
+// even while the host is busy, as a fixed item does (the host soon waits for it, and one
+// thread would leave a core idle for the rest of the product).
+constexpr int64_t kLargeMatmulWork = 2 * kSpreadElements;
 void set_large_item_threads(int threads);
+int large_item_threads();
 // Runs units [0, n) of work whose bits do not depend on which thread runs a unit: on
 // this worker thread alone while the host is busy, then, as soon as a host thread waits
 // for this stream (or the stream is far behind), on CPU eager's count of threads, which
@@ -97,6 +107,18 @@ void emit_op_execute(const OpWork& work, uint64_t time_ns, uint64_t duration_ns)
 // grain), every chunk is a whole multiple of 64 elements, so vector tails fall where one
 // thread's do.
 bool elementwise_split_free(int64_t numel);
+// Whether a kMatmul / kReduction item's bits are equal at one thread and at CPU eager's
+// count: decided once per geometry (op, sizes, strides, offsets, scalar arguments) on the
+// calling worker by running the op on random inputs both ways (thread_trial.cpp).
+class OpWork;
+bool trial_thread_free(const OpWork& work);
+struct ThreadTrialStats {
+  uint64_t trials = 0;  // geometries tried
+  uint64_t free = 0;    // of which equal bits: they run as free items
+};
+ThreadTrialStats thread_trial_stats();
+void reset_thread_trial_stats();
+
 // True when the geometry is row-major contiguous (size-1 dims may have any stride).
 bool contiguous(const trace::TensorMeta& m);
 
@@ -148,6 +170,8 @@ class OpWork final : public WorkItem {
   bool thread_free() const;
   // Elements the op reads and writes (inputs plus fresh outputs).
   int64_t work_elements() const;
+  // A matmul's work in element-op equivalents (for the spread threshold).
+  int64_t matmul_work() const;
 
   // Pushes the op's arguments (no out= arguments): plain values from value_of(i) for
   // argument i, tensors from tensor_of(k) for record.tensors[k], lists rebuilt. The one

@@ -25,6 +25,7 @@ SetThreads omp_setter() {
 }  // namespace
 
 void set_large_item_threads(int threads) { g_large_threads.store(std::max(1, threads)); }
+int large_item_threads() { return g_large_threads.load(std::memory_order_relaxed); }
 
 namespace {
 struct TeamPlacement {

@@ -180,6 +180,7 @@ void reset_adaptive_stats();  // adaptive.cpp
 void reset_counters() {
   g_counters.reset();
   reset_adaptive_stats();
+  backend::reset_thread_trial_stats();
 }
 
 }  // namespace neuron::engine

@@ -208,6 +208,10 @@ backend::ThreadRule thread_rule_of(const std::string& name) {
   using backend::ThreadRule;
   if (name == "aten::native_layer_norm") return ThreadRule::kFree;
   if (name == "aten::_softmax" || name == "aten::_log_softmax") return ThreadRule::kRowLastDim;
+  if (name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm" || name == "aten::baddbmm" ||
+      name == "aten::mv" || name == "aten::addmv")
+    return ThreadRule::kMatmul;
+  if (name == "aten::sum.dim_IntList" || name == "aten::mean.dim") return ThreadRule::kReduction;
   if (name == "aten::copy_" || name == "aten::fill_.Scalar" || name == "aten::zero_")
     return ThreadRule::kElementwise;
   if (name.rfind("aten::_foreach_", 0) == 0)  // pointwise per tensor, but for the reductions

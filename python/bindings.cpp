@@ -180,6 +180,9 @@ PYBIND11_MODULE(_C, m) {
     d["native_rejected_mismatch"] = n.rejected_mismatch;
     d["native_runs"] = n.runs;
     d["native_foreach_tier1_elements"] = n.foreach_tier1_elements;
+    auto tt = backend::thread_trial_stats();
+    d["thread_trials"] = tt.trials;
+    d["thread_free_geometries"] = tt.free;
     auto c2 = fusion::NativeCompiler::instance().stats();
     d["native_compiles"] = c2.compiles;
     d["native_disk_hits"] = c2.disk_hits;

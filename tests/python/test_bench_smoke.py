@@ -115,3 +115,19 @@ def test_policy_ab_bench():
     lines = [l for l in text.splitlines() if "median" in l]
     assert [l.split()[0] for l in lines] == ["min_group_elements=0", "aggressive", "eager"], text
     assert all(float(l.split()[2]) > 0 for l in lines), text
+
+
+def test_paired_bench(tmp_path):
+    out = tmp_path / "paired.json"
+    text = run("paired.py", "mlp_train", "--tiny", "cpu", "adaptive:NEURON_SYNC_YIELD_US=0",
+               "--rounds", "3", "--block-s", "0.02", "--gap-s", "0", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert list(data["configs"]) == ["cpu", "adaptive:NEURON_SYNC_YIELD_US=0"], text
+    assert data["configs"]["cpu"]["speedup"] == 1.0
+    assert data["configs"]["adaptive:NEURON_SYNC_YIELD_US=0"]["median_ms"] > 0, text
+
+
+def test_paired_bench_rejects_a_bad_config():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "paired.py"), "mlp_train", "gpu"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "unknown config 'gpu'" in proc.stderr, proc.stderr

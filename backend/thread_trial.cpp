@@ -1,0 +1,132 @@
+// Matmuls and dim reductions whose bits turn out not to depend on the intra-op thread
+// count, per geometry. MKL splits most products over rows or columns (each output element
+// keeps its reduction order at any count), but not all: a 10x64 @ 64x256 float product
+// differs in its last bits between 1 and 2 threads. So per geometry (op, sizes, strides,
+// offsets, scalar arguments) the worker runs the op on random inputs of that geometry
+// once on one thread and once on CPU eager's count, twice; equal bits in every output
+// element make the geometry free. A different reduction order shows up in nearly every
+// one of thousands of elements, so outputs under kTrialMinOutput elements stay fixed. A
+// geometry is tried at its third sighting; until then it runs as fixed.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/empty.h>
+
+#include <atomic>
+#include <cstring>
+#include <unordered_map>
+
+#include "backend/op_work.h"
+
+namespace neuron::backend {
+namespace {
+
+constexpr int64_t kTrialMinOutput = 256;
+constexpr int kTrials = 2;
+
+// Per geometry: how often it was seen (1 .. kSightings - 1), then the verdict. Shapes that
+// never recur (a batch size new at every step) never pay for a trial.
+constexpr int8_t kSightings = 3, kFree = 100, kFixed = -1;
+thread_local std::unordered_map<uint64_t, int8_t> t_verdicts;
+std::atomic<uint64_t> g_trials{0}, g_free{0};
+
+bool floating(int8_t dtype) {
+  switch (static_cast<c10::ScalarType>(dtype)) {
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+    case c10::ScalarType::Half:
+    case c10::ScalarType::BFloat16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool eligible(const OpWork& w) {
+  if (!w.record.hashable || w.output_metas.empty() || w.inplace_op) return false;
+  for (const auto& m : w.record.tensors)
+    if (m.defined && (!floating(m.dtype) || m.flags != 0)) return false;
+  for (const auto& m : w.output_metas)
+    if (!m.defined || !floating(m.dtype) || m.numel() < kTrialMinOutput) return false;
+  for (const auto& s : w.slots)
+    if (s.kind != SlotKind::kValue && s.kind != SlotKind::kTensor) return false;
+  return true;
+}
+
+// Random values laid out as `m` is: same sizes, strides and storage offset (so the same
+// alignment as a device tensor, whose base is aligned as CPU memory is).
+at::Tensor random_like(const trace::TensorMeta& m, at::Generator& gen) {
+  if (!m.defined) return at::Tensor();
+  int64_t extent = m.storage_offset + 1;
+  for (int i = 0; i < m.ndim; ++i) {
+    if (m.sizes[i] == 0) return at::empty({0}, at::TensorOptions().dtype(static_cast<c10::ScalarType>(m.dtype)));
+    extent += (m.sizes[i] - 1) * m.strides[i];
+  }
+  at::Tensor base = at::empty({extent}, at::TensorOptions().dtype(static_cast<c10::ScalarType>(m.dtype)));
+  base.normal_(0.0, 1.0, gen);
+  return base.as_strided(c10::IntArrayRef(m.sizes.data(), m.ndim),
+                         c10::IntArrayRef(m.strides.data(), m.ndim), m.storage_offset);
+}
+
+std::vector<at::Tensor> run_at(const OpWork& w, const std::vector<at::Tensor>& inputs, int threads) {
+  set_item_threads_to(threads);
+  torch::jit::Stack stack;
+  w.push_arguments(
+      stack, [&](uint32_t k) { return inputs[k]; }, [&](size_t i) -> const c10::IValue& { return w.values[i]; });
+  w.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  std::vector<at::Tensor> out;
+  for (const auto& v : stack)
+    if (v.isTensor()) out.push_back(v.toTensor().contiguous());
+  return out;
+}
+
+bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return false;
+    if (std::memcmp(a[i].const_data_ptr(), b[i].const_data_ptr(), a[i].nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+bool trial(const OpWork& w, int threads) {
+  ++g_trials;
+  for (int t = 0; t < kTrials; ++t) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(0x5eed + static_cast<uint64_t>(t));
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(w.record.tensors.size());
+    for (const auto& m : w.record.tensors) inputs.push_back(random_like(m, gen));
+    if (!same_bits(run_at(w, inputs, 1), run_at(w, inputs, threads))) return false;
+  }
+  ++g_free;
+  return true;
+}
+
+}  // namespace
+
+bool trial_thread_free(const OpWork& w) {
+  const int threads = large_item_threads();
+  if (threads <= 1) return true;
+  const uint64_t key = w.record.hash();
+  int8_t& state = t_verdicts[key];
+  if (state == kFree) return true;
+  if (state == kFixed) return false;
+  if (++state < kSightings) return false;  // a geometry that recurs is worth a trial
+  bool free = false;
+  if (eligible(w)) {
+    try {
+      free = trial(w, threads);
+    } catch (const std::exception&) {
+      free = false;  // the item itself reports its error when it runs
+    }
+  }
+  state = free ? kFree : kFixed;
+  return free;
+}
+
+ThreadTrialStats thread_trial_stats() { return {g_trials.load(), g_free.load()}; }
+
+void reset_thread_trial_stats() {
+  g_trials.store(0);
+  g_free.store(0);
+}
+
+}  // namespace neuron::backend
