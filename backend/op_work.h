@@ -95,6 +95,9 @@ void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit);
 // bits do not depend on the count, such as elementwise kernels); the next
 // set_item_threads() restores the usual count.
 void set_item_threads_to(int threads);
+// Whether the workers' OpenMP teams may spin between parallel regions (libgomp's full
+// spin) or should sleep at once (throttled): Stream's spin hook.
+void set_team_spinning(bool spin);
 // The calling worker's OpenMP team: thread k's id and the CPU it keeps while a host thread
 // waits for the stream (the host is then idle); while the host is busy every team thread
 // may run on any of `allowed` and the scheduler keeps them off the host's CPU as it can.

@@ -1,5 +1,7 @@
 #include "backend/stream.h"
 
+#include <dlfcn.h>
+
 #include <chrono>
 
 namespace neuron::backend {
@@ -7,6 +9,7 @@ namespace {
 
 std::atomic<void (*)()> g_thread_init{nullptr};
 std::atomic<Stream::WaitFn> g_wait_wrapper{nullptr};
+std::atomic<void (*)(bool)> g_spin_hook{nullptr};
 std::atomic<int64_t> g_sync_yield_us{20000};
 
 inline void cpu_relax() {
@@ -15,9 +18,20 @@ inline void cpu_relax() {
 #endif
 }
 
+// A host thread blocked on the device for kLongWait frees its OpenMP team (the pool
+// threads exit; its next parallel CPU op starts a new one). A host team (made by any
+// parallel CPU op, such as building a model) counts against libgomp's limit for spinning
+// team threads: see SpinBallast (worker_threads.cpp), which decides when worker teams spin.
+void free_host_openmp_team() {
+  using PauseFn = int (*)(int);
+  static const auto pause = reinterpret_cast<PauseFn>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
+  if (pause != nullptr) pause(1);  // omp_pause_soft; refused (-1) inside a parallel region
+}
+
 }  // namespace
 
 void Stream::set_thread_init(void (*init)()) { g_thread_init.store(init); }
+void Stream::set_spin_hook(void (*hook)(bool)) { g_spin_hook.store(hook); }
 void Stream::set_wait_wrapper(WaitFn wrapper) { g_wait_wrapper.store(wrapper); }
 void Stream::set_sync_yield(std::chrono::microseconds budget) { g_sync_yield_us.store(budget.count()); }
 
@@ -62,9 +76,16 @@ bool Stream::host_needs_threads() const {
   return host_waiters_.load(std::memory_order_relaxed) > 0 || pending() > kDeepBacklog;
 }
 
+bool Stream::host_waits_long() const {
+  const int64_t since = host_blocked_since_ns_.load(std::memory_order_relaxed);
+  return since != 0 && std::chrono::steady_clock::now().time_since_epoch().count() - since >=
+                           std::chrono::nanoseconds(kLongWait).count();
+}
+
 void Stream::worker_loop() {
   t_worker_stream = this;
   if (auto init = g_thread_init.load()) init();
+  int spinning = -1;  // the last state given to the spin hook
   for (;;) {
     std::unique_ptr<WorkItem> item;
     // Spin, then yield, before sleeping: back-to-back ops cost no futex wake-up, and a
@@ -101,6 +122,11 @@ void Stream::worker_loop() {
       queue_.pop_front();
     }
     ++taken_;
+    if (auto hook = g_spin_hook.load(std::memory_order_relaxed)) {
+      const bool spin = host_waits_long();
+      if (static_cast<int>(spin) != spinning) hook(spin);
+      spinning = spin;
+    }
     try {
       item->run();
     } catch (const std::exception& e) {
@@ -150,10 +176,20 @@ void Stream::wait_until(uint64_t target) {
   for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
     cpu_relax();
   if (completed_.load(std::memory_order_acquire) >= target) return;
+  struct HostBlocked {  // host threads only: a worker waiting for another stream is no host
+    std::atomic<int64_t>* since;
+    explicit HostBlocked(std::atomic<int64_t>* s) : since(s) {
+      if (since) since->store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    }
+    ~HostBlocked() {
+      if (since) since->store(0, std::memory_order_relaxed);
+    }
+  } blocked(t_worker_stream == nullptr ? &host_blocked_since_ns_ : nullptr);
   struct Wait {
     Stream* self;
     uint64_t target;
-  } wait{this, target};
+    bool host;  // a host thread: frees its OpenMP team once the wait is long
+  } wait{this, target, t_worker_stream == nullptr};
   auto block = [](void* arg) {
     auto* w = static_cast<Wait*>(arg);
     // Yield before sleeping (the GIL is released here). On a VM, a vCPU whose threads all
@@ -162,19 +198,30 @@ void Stream::wait_until(uint64_t target) {
     // tens of microseconds. A yielding host keeps its core awake and gives way at once to
     // any thread runnable there. mlp_train, adaptive, 5 interleaved runs of 300 steps:
     // 2.16 ms per step (median) sleeping at once, 1.65 ms yielding first.
+    const auto start = std::chrono::steady_clock::now();
+    const auto long_from = start + kLongWait;
+    auto done = [w] { return w->self->completed_.load(std::memory_order_acquire) >= w->target; };
+    bool freed = !w->host;
     const int64_t budget_us = g_sync_yield_us.load(std::memory_order_relaxed);
     if (budget_us > 0) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
-      while (w->self->completed_.load(std::memory_order_acquire) < w->target &&
-             std::chrono::steady_clock::now() < until)
+      const auto until = start + std::chrono::microseconds(budget_us);
+      for (auto now = start; !done() && now < until; now = std::chrono::steady_clock::now()) {
+        if (!freed && now >= long_from) {
+          free_host_openmp_team();
+          freed = true;
+        }
         std::this_thread::yield();
-      if (w->self->completed_.load(std::memory_order_acquire) >= w->target) return;
+      }
+      if (done()) return;
     }
     std::unique_lock lock(w->self->mutex_);
     ++w->self->waiters_;
-    w->self->done_cv_.wait(lock, [&] {
-      return w->self->completed_.load(std::memory_order_acquire) >= w->target;
-    });
+    if (!freed && !w->self->done_cv_.wait_until(lock, long_from, done)) {
+      lock.unlock();
+      free_host_openmp_team();
+      lock.lock();
+    }
+    w->self->done_cv_.wait(lock, done);
     --w->self->waiters_;
   };
   host_wait(block, &wait);

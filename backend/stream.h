@@ -59,6 +59,10 @@ class Stream {
   // may take CPU eager's thread count.
   bool host_needs_threads() const;
   static constexpr int64_t kDeepBacklog = 256;
+  // True while a host thread has been blocked on this stream for at least kLongWait, or
+  // while more than kDeepBacklog items are queued: the host will not need a core soon.
+  bool host_waits_long() const;
+  static constexpr std::chrono::microseconds kLongWait{5000};
   // The stream whose worker is the calling thread; null on other threads.
   static const Stream* current_worker_stream();
   // Throws the kept error, if any, and clears it.
@@ -70,6 +74,8 @@ class Stream {
   // Called once on each new worker thread before it runs items (the engine sets up
   // per-thread state there, such as the intra-op thread count).
   static void set_thread_init(void (*init)());
+  // Called on a worker before an item when host_waits_long() changed since the last item.
+  static void set_spin_hook(void (*hook)(bool host_waits_long));
   // How long a host thread waiting for this stream yields its core before it sleeps.
   static void set_sync_yield(std::chrono::microseconds budget);
   // Wraps every blocking wait of a host thread (the Python bindings release the GIL there,
@@ -92,6 +98,7 @@ class Stream {
   bool worker_sleeping_ = false;
   int waiters_ = 0;
   std::atomic<int> host_waiters_{0};  // host threads in wait_until, spinning or blocked
+  std::atomic<int64_t> host_blocked_since_ns_{0};  // steady clock; 0: no host thread blocked
   bool stop_ = false;
   std::atomic<uint64_t> enqueued_{0};
   uint64_t taken_ = 0;  // items the worker popped (worker thread only)

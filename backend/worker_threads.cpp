@@ -5,8 +5,13 @@
 #include <dlfcn.h>
 #include <sched.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "backend/op_work.h"
@@ -56,6 +61,65 @@ void place_worker_team(bool separate) {
 
 void register_worker_team(std::vector<int> tids, std::vector<int> cpus, std::vector<int> allowed) {
   t_team = TeamPlacement{std::move(tids), std::move(cpus), std::move(allowed), -1};
+}
+
+namespace {
+
+// Whether the worker's docked team threads spin between parallel regions. libgomp spins
+// about 300000 rounds before a team thread sleeps, or about a hundred while it manages
+// more threads than there are CPUs. Spinning, the team wakes at once for each parallel
+// region of a worker kernel; throttled, every region pays a futex wake-up. On 2 CPUs the
+// worker's team (1 thread beside the initial one) alone leaves libgomp spinning; the
+// host's team, or this ballast thread's, tips it to throttled. Teams spin only while a
+// host thread has been blocked for Stream::kLongWait (and then holds no team itself):
+// a spinning team thread takes a busy host's core, and a spin in progress is not cut
+// short when the host resumes. paired.py, adaptive / CPU eager, 14 rounds: llama_train
+// 0.78-0.82 always throttled, 0.96-0.99 spinning during long waits; llama_decode 1.34
+// throttled, 0.67 always spinning (its waits are 1-3 ms: unchanged now); mlp_train 0.88
+// throttled, 0.73 spinning whenever the backlog is deep (the host still dispatches).
+class SpinBallast {
+ public:
+  static SpinBallast& get() {
+    static SpinBallast* b = new SpinBallast();  // its thread outlives static destruction
+    return *b;
+  }
+  void want_throttle(bool throttle) {
+    if (want_.exchange(throttle, std::memory_order_relaxed) == throttle) return;
+    std::lock_guard lock(mutex_);
+    cv_.notify_one();
+  }
+
+ private:
+  SpinBallast() { std::thread([this] { loop(); }).detach(); }
+  void loop() {
+    const int team = large_item_threads();
+    omp_set_num_threads(team);
+    bool have = false;
+    for (;;) {
+      bool want;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return want_.load(std::memory_order_relaxed) != have; });
+        want = want_.load(std::memory_order_relaxed);
+      }
+      if (want) {
+#pragma omp parallel num_threads(team)
+        { asm volatile("" ::: "memory"); }
+      } else {
+        omp_pause_resource_all(omp_pause_soft);
+      }
+      have = want;
+    }
+  }
+  std::atomic<bool> want_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+};
+
+}  // namespace
+
+void set_team_spinning(bool spin) {
+  if (g_large_threads.load(std::memory_order_relaxed) > 1) SpinBallast::get().want_throttle(!spin);
 }
 
 void set_item_threads_to(int threads) {

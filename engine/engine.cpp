@@ -91,6 +91,7 @@ const Config& init_from_env() {
     backend::set_large_item_threads(g_config.worker_threads > 0 ? g_config.worker_threads
                                                                  : at::get_num_threads());
     backend::Stream::set_thread_init(&init_worker_thread);
+    backend::Stream::set_spin_hook(&backend::set_team_spinning);
     backend::Stream::set_sync_yield(std::chrono::microseconds(g_config.sync_yield_us));
     backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
     register_device_hooks();

@@ -2,6 +2,10 @@
 depend on it run on one thread while the host is busy; everything else uses CPU eager's
 count. Results must stay bit-equal to CPU eager either way."""
 
+import os
+import time
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -55,3 +59,31 @@ def test_foreach_ops_with_misaligned_tensors_match_cpu_bits():
         dx = torch._foreach_sigmoid(dx)
     for x, d in zip(xs, dx):
         assert torch.equal(d.cpu(), x), f"foreach chain over {tuple(x.shape)} differs from CPU"
+
+
+def _process_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one intra-op thread: no OpenMP team to free")
+def test_a_long_host_wait_frees_the_host_team_and_results_stay_cpu_exact():
+    # A host thread blocked on the device for 5 ms frees its OpenMP team (backend/stream.cpp),
+    # so the worker's team may spin between regions (backend/worker_threads.cpp, SpinBallast).
+    torch.manual_seed(2)
+    x = torch.randn(1 << 22)
+    total = (x * 2).sum()  # a parallel CPU op: the host thread now has a team
+    w = torch.randn(768, 768) / 28
+    wd = w.to(DEV)
+    torch.tanh(wd @ wd).cpu()  # the worker has run: its team (and the ballast's) exist
+    time.sleep(0.2)
+    before = _process_threads()
+    y, yd = w, wd
+    for _ in range(40):  # tens of milliseconds of queued device work
+        y = torch.tanh(y @ w)
+        yd = torch.tanh(yd @ wd)
+    torch.neuron.synchronize()
+    after = _process_threads()
+    assert after < before, f"{before} threads before the wait, {after} after: the host's team was not freed"
+    assert torch.equal(yd.cpu(), y)
+    # CPU work on the host goes on (a new team) with the same result.
+    assert torch.equal((x * 2).sum(), total)
