@@ -176,7 +176,8 @@ void Stream::wait_until(uint64_t target) {
   for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
     cpu_relax();
   if (completed_.load(std::memory_order_acquire) >= target) return;
-  struct HostBlocked {  // host threads only: a worker waiting for another stream is no host
+  const bool host = t_worker_stream == nullptr;  // a worker waiting for another stream is no host
+  struct HostBlocked {
     std::atomic<int64_t>* since;
     explicit HostBlocked(std::atomic<int64_t>* s) : since(s) {
       if (since) since->store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -184,12 +185,12 @@ void Stream::wait_until(uint64_t target) {
     ~HostBlocked() {
       if (since) since->store(0, std::memory_order_relaxed);
     }
-  } blocked(t_worker_stream == nullptr ? &host_blocked_since_ns_ : nullptr);
+  } blocked(host ? &host_blocked_since_ns_ : nullptr);
   struct Wait {
     Stream* self;
     uint64_t target;
     bool host;  // a host thread: frees its OpenMP team once the wait is long
-  } wait{this, target, t_worker_stream == nullptr};
+  } wait{this, target, host};
   auto block = [](void* arg) {
     auto* w = static_cast<Wait*>(arg);
     // Yield before sleeping (the GIL is released here). On a VM, a vCPU whose threads all

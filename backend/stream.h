@@ -59,8 +59,9 @@ class Stream {
   // may take CPU eager's thread count.
   bool host_needs_threads() const;
   static constexpr int64_t kDeepBacklog = 256;
-  // True while a host thread has been blocked on this stream for at least kLongWait, or
-  // while more than kDeepBacklog items are queued: the host will not need a core soon.
+  // True while a host thread has been blocked on this stream for at least kLongWait: the
+  // host will not need a core soon (a deep backlog alone is no sign: the host may still
+  // be dispatching).
   bool host_waits_long() const;
   static constexpr std::chrono::microseconds kLongWait{5000};
   // The stream whose worker is the calling thread; null on other threads.
