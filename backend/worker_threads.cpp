@@ -79,8 +79,10 @@ namespace {
 // throttled, 0.73 spinning whenever the backlog is deep (the host still dispatches).
 class SpinBallast {
  public:
+  // Called on a worker thread: its team's CPUs (t_team.allowed) are the process's, while
+  // the worker itself may be placed on one CPU right now, a mask a new thread inherits.
   static SpinBallast& get() {
-    static SpinBallast* b = new SpinBallast();  // its thread outlives static destruction
+    static SpinBallast* b = new SpinBallast(t_team.allowed);  // its thread outlives static destruction
     return *b;
   }
   void want_throttle(bool throttle) {
@@ -90,8 +92,16 @@ class SpinBallast {
   }
 
  private:
-  SpinBallast() { std::thread([this] { loop(); }).detach(); }
-  void loop() {
+  explicit SpinBallast(std::vector<int> allowed) {
+    std::thread([this, allowed = std::move(allowed)] { loop(allowed); }).detach();
+  }
+  void loop(const std::vector<int>& allowed) {
+    if (!allowed.empty()) {  // before its team exists: the team threads inherit the mask
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : allowed) CPU_SET(c, &set);
+      sched_setaffinity(0, sizeof(set), &set);  // best effort
+    }
     const int team = large_item_threads();
     omp_set_num_threads(team);
     bool have = false;

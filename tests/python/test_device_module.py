@@ -111,11 +111,12 @@ def test_host_waits_sleep_or_yield_with_the_same_results(yield_us):
 def test_worker_team_threads_pinned_to_distinct_cpus(pin):
     # While the host waits, the worker's OpenMP team (2 threads: CPU eager's count here)
     # has each thread on its own CPU; the host threads stay free. NEURON_PIN_WORKERS=0
-    # places nothing.
+    # places nothing. The wait is long (tens of ms), so the spin ballast's thread
+    # (worker_threads.cpp) exists too; it must not inherit a placed worker's single CPU.
     r = run_py("""
         import os, torch
         torch.set_num_threads(2)
-        x = torch.randn(256, 256).to("neuron")
+        x = torch.randn(512, 512).to("neuron")
         ys = [x @ x for _ in range(30)]  # 2-thread kernels, most of them run while
         torch.neuron.synchronize()       # the host waits here
         masks = [os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")]
