@@ -132,6 +132,14 @@ def side_measurements(args, log):
            "--json", path]
     code, _, _, text = run_job(cmd, dict(os.environ), 300, log)
     out["tiny_op"] = json.load(open(path)) if code == 0 else {"error": text[-500:]}
+    # What bounds the DRAM chain: its ATen kernels on one cache-resident tile, one thread.
+    cmd = [sys.executable, os.path.join(HERE, "chain_bound.py"), "--floor", "8" if args.tiny else "32"]
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")  # plain PyTorch
+    code, _, _, text = run_job(cmd, env, 300, log)
+    try:
+        out["chain_floor"] = json.loads(text.strip().splitlines()[-1]) if code == 0 else {"error": text[-500:]}
+    except (ValueError, IndexError):
+        out["chain_floor"] = {"error": f"unreadable output: {text[-500:]}"}
     return out
 
 

@@ -186,6 +186,16 @@ def markdown(report):
                      f"{bw['torch']['triad_gbs']:.1f})"
                      + (f"; DRAM chain, adaptive: {dram['adaptive_gbs']:.1f} GB/s of compulsory "
                         "traffic" if dram.get("adaptive_gbs") else "") + ".")
+        floor = report.get("chain_floor", {})
+        if "ln+gelu+add" in floor and bw.get("threads"):
+            # A block moves 8 bytes per element (read y, write y); tiles share the cores.
+            floor_gbs = 8 * bw["threads"] / floor["ln+gelu+add"]
+            lines.append(f"Compute floor of the chain's ATen kernels (layer_norm, gelu, add on a "
+                         f"cache-resident tile, 1 thread): {floor['ln+gelu+add']:.3f} ns per "
+                         f"element, so at most {floor_gbs:.1f} GB/s on {bw['threads']} threads "
+                         f"({floor_gbs / bw['machine_gbs']:.0%} of the roofline)"
+                         + (f"; the DRAM chain reaches {dram['adaptive_gbs'] / floor_gbs:.0%} of it"
+                            if dram.get("adaptive_gbs") else "") + ".")
     if "host_cost_ratio" in tiny:
         lines.append(f"Tiny op (16-element add): CPU eager {tiny['cpu_eager_us_per_op']:.2f} us, "
                      f"neuron eager host cost {tiny['neuron_host_us_per_op']:.2f} us.")

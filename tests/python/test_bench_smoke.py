@@ -63,12 +63,28 @@ def test_suite_tiny(tmp_path):
             assert check["ok"] is True, (name, config, check["detail"])
     assert report["workloads"]["warmup"]["configs"]["adaptive"]["per_call_ms"]
     assert report["bandwidth"]["machine_gbs"] > 0 and report["tiny_op"]["host_cost_ratio"] > 0
+    assert report["chain_floor"]["ln+gelu+add"] > 0, report["chain_floor"]
     statuses = {t["status"] for t in report["targets"]}
     assert statuses <= {"PASS", "MISS", "n/a"} and len(report["targets"]) >= 10
     md = (tmp_path / "results.md").read_text()
     assert all(f"| {n}: " in md for n in names) and "## Targets" in md
+    assert "Compute floor of the chain's ATen kernels" in md
     png = (tmp_path / "results.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_chain_bound_bench(tmp_path):
+    """The DRAM chain's bound: per size, CPU and adaptive figures, and the compute floor."""
+    out = tmp_path / "bound.json"
+    text = run("chain_bound.py", "--tiny", "--rounds", "1", "--repeats", "1", "--json", str(out))
+    res = json.loads(out.read_text())
+    assert set(res["floor"]) == {"layer_norm", "gelu", "add", "ln+gelu+add"}
+    assert all(ns > 0 for ns in res["floor"].values())
+    assert res["stream_copy_gbs"] > 0 and res["floor_gbs"] > 0
+    assert set(res["chain"]) == {"8", "32"}
+    for row in res["chain"].values():
+        assert row["cpu"]["ns_per_element"] > 0 and row["adaptive"]["ns_per_element"] > 0
+    assert "compute floor" in text
 
 
 def test_host_bound_bench(tmp_path):
