@@ -258,9 +258,15 @@ bool OpWork::thread_free() const {
     case ThreadRule::kReduction:
       return trial_thread_free(*this);
     case ThreadRule::kRowLastDim: {
-      if (record.tensors.empty() || values.size() < 2 || !values[1].isInt()) return false;
-      const int64_t dim = values[1].toInt(), ndim = record.tensors[0].ndim;
-      return dim == -1 || dim == ndim - 1;
+      // The dim is the first int argument (after the tensors: _softmax's self,
+      // _log_softmax_backward_data's grad_output and output).
+      if (record.tensors.empty()) return false;
+      for (const c10::IValue& v : values)
+        if (v.isInt()) {
+          const int64_t dim = v.toInt(), ndim = record.tensors[0].ndim;
+          return dim == -1 || dim == ndim - 1;
+        }
+      return false;
     }
   }
   // Foreach ops run one elementwise kernel per tensor: each tensor on its own. Other ops:

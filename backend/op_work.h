@@ -60,7 +60,8 @@ enum class ThreadRule : uint8_t {
   kFree,         // they never do (tile groups, layer norm: each row on one thread)
   kElementwise,  // elementwise kernels: only where ATen's split points fall on vector
                  // boundaries (checked per item, see thread_free())
-  kRowLastDim,   // softmax / log_softmax: free over the last dim (one row per thread)
+  kRowLastDim,   // softmax / log_softmax (and log_softmax's backward): free over the last
+                 // dim (one row per thread)
   kMatmul,       // matmuls: free where a trial per geometry finds equal bits (thread_trial.cpp)
   kReduction,    // dim reductions (sum, mean): likewise
 };

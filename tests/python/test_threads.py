@@ -43,6 +43,26 @@ def test_row_ops_and_elementwise_chains_match_cpu_bits():
         assert torch.equal(g, chain(x)), f"chain over {tuple(x.shape)} differs from CPU"
 
 
+def test_loss_backward_ops_on_one_thread_match_cpu_bits():
+    # nll_loss_backward and (log_)softmax backward over the last dim run on one thread
+    # while the host is busy (each sample, each row, on one thread in ATen too); other
+    # dims keep CPU eager's count. Gradients must equal CPU eager's bit for bit.
+    torch.manual_seed(2)
+    shapes = ((64, 10), (1000, 333), (257, 1024), (4, 7, 50))
+    cases = [(torch.randn(s) * 4, torch.randint(0, s[1], (s[0],) + s[2:])) for s in shapes for _ in range(3)]
+
+    def grads(x, y, dev):
+        x = x.to(dev).requires_grad_()
+        loss = F.cross_entropy(x, y.to(dev), reduction="mean") + F.softmax(x, -1).pow(2).sum() \
+            + F.log_softmax(x, 0).mean() + F.nll_loss(F.log_softmax(x, 1), y.to(dev), reduction="sum")
+        loss.backward()
+        return x.grad
+
+    got = [grads(x, y, DEV) for x, y in cases]  # all dispatched before the first sync
+    for (x, y), g in zip(cases, got):
+        assert torch.equal(g.cpu(), grads(x, y, "cpu")), f"gradient over {tuple(x.shape)} differs from CPU"
+
+
 def test_foreach_ops_with_misaligned_tensors_match_cpu_bits():
     torch.manual_seed(2)
     shapes = [(65544,), (256, 256), (70001,), (17, 19)]
