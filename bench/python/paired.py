@@ -5,7 +5,8 @@ configs timed in turn minutes apart compare the machine, not the configs. Here e
 config lives in its own process for the whole run, and the processes take turns running
 short blocks of steps (one runs, the others sleep): block k of every config sees nearly
 the same machine. Per round, each config's block time is divided by the first config's
-block time in that round; the median of those ratios over rounds is the figure.
+block time in that round; the median of those ratios over rounds is the figure. Every
+step ends with a sync, as in the suite (--no-step-sync: one sync per block).
 
     python bench/python/paired.py mlp_train cpu adaptive adaptive:NEURON_PIN_WORKERS=0
     python bench/python/paired.py chain_small cpu eager adaptive --rounds 30 --block-s 0.2
@@ -26,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def child(workload, config, tiny, block_s):
+def child(workload, config, tiny, block_s, step_sync):
     sys.path.insert(0, HERE)
     import torch  # noqa: F401
     from suite_worker import config_setup, settle_adaptive, timed
@@ -47,6 +48,8 @@ def child(workload, config, tiny, block_s):
         t = time.perf_counter()
         for _ in range(steps):
             run.step()
+            if step_sync:  # as the suite times steps (and a loop reading its loss runs)
+                sync()
         sync()
         print(json.dumps({"ms": (time.perf_counter() - t) / steps * 1e3}), flush=True)
 
@@ -80,10 +83,12 @@ def main():
     p.add_argument("--gap-s", type=float, default=0.05, help="idle seconds between blocks")
     p.add_argument("--raw", action="store_true", help="print every block's time")
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--no-step-sync", action="store_true",
+                   help="sync once per block, not after every step (the host may run ahead)")
     p.add_argument("--json", default=None, help="also write the figures here")
-    if sys.argv[1:2] == ["--child"]:  # --child WORKLOAD CONFIG BLOCK_S TINY
-        _, _, workload, config, block_s, tiny = sys.argv
-        return child(workload, config, tiny == "1", float(block_s))
+    if sys.argv[1:2] == ["--child"]:  # --child WORKLOAD CONFIG BLOCK_S TINY STEP_SYNC
+        _, _, workload, config, block_s, tiny, step_sync = sys.argv
+        return child(workload, config, tiny == "1", float(block_s), step_sync == "1")
     args = p.parse_args()
 
     specs = [(s, *parse_spec(s)) for s in args.configs]
@@ -91,7 +96,7 @@ def main():
     for spec, config, extra in specs:
         env = dict(os.environ, **extra)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", args.workload, config,
-               str(args.block_s), "1" if args.tiny else "0"]
+               str(args.block_s), "1" if args.tiny else "0", "0" if args.no_step_sync else "1"]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True, env=env))
         ready = json.loads(procs[-1].stdout.readline() or "{}")  # one warms up at a time
