@@ -43,6 +43,7 @@ trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
   p.rolling_window = policy.rolling_window;
   p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
   p.use_rolling_cut = policy.rolling_bits > 0;
+  p.keep_runs_whole = policy.foreach_runs_whole;
   if (policy.cut_after_matmul) {
     auto& reg = trace::OpRegistry::instance();
     for (const auto& name : fusion::matmul_class_ops()) p.cut_after.push_back(reg.intern(name));
@@ -308,6 +309,7 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
   op.op = info.id;
   op.signature = active_policy_lifts() ? work.record.lifted_hash() : work.record.hash();
   op.seq = work.seq;
+  op.whole_run = info.foreach;
   op.inputs.reserve(work.record.tensors.size());
   for (const auto& m : work.record.tensors) op.inputs.push_back(m.defined && m.device >= 0 ? m.storage : 0);
   op.outputs.reserve(fresh_outputs.size());

@@ -22,6 +22,7 @@ struct Policy {
   uint32_t rolling_window = 4;        // ops in the rolling content hash
   uint32_t rolling_bits = 4;          // content cut when the low bits are zero (~1 in 2^bits)
   bool cut_after_matmul = true;       // a run of matmul-class ops ends a segment
+  bool foreach_runs_whole = true;     // a content cut never splits a run of _foreach_ ops
   bool lift_scalars = true;           // scalar arguments become program inputs
   bool specialize_shapes = true;      // one program per shape (false: shape-generic)
   Tier tier = Tier::kAuto;

@@ -333,6 +333,12 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
   sp.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
   sp.use_rolling_cut = policy.rolling_bits > 0;
   sp.cut_after = options.cut_after_ops;
+  sp.keep_runs_whole = policy.foreach_runs_whole;
+  std::vector<bool> whole_run;
+  for (uint32_t id : options.whole_run_ops) {
+    if (id >= whole_run.size()) whole_run.resize(id + 1, false);
+    whole_run[id] = true;
+  }
   std::vector<StreamReplay> streams;
   for (size_t s = 0; s < t.stream_ids.size(); ++s) streams.push_back({trace::Segmenter(sp), {}});
 
@@ -487,6 +493,7 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     op.op = t.op[i];
     op.signature = t.signature[i];
     op.seq = t.seq[i];
+    op.whole_run = t.op[i] < whole_run.size() && whole_run[t.op[i]];
     op.inputs.clear();
     op.outputs.clear();
     for (uint32_t s = t.slot_begin[i]; s < t.slot_begin[i + 1]; ++s)

@@ -63,6 +63,7 @@ struct ReplayOptions {
   Policy policy;
   CostModel cost;
   std::vector<uint32_t> cut_after_ops;  // op ids (the policy's matmul class and any extra)
+  std::vector<uint32_t> whole_run_ops;  // op ids of _foreach_ ops (foreach_runs_whole)
   // Optional: replaces Policy::should_compile for hot keys (Python policy objects).
   std::function<bool(const ReplaySegment&)> should_compile;
 };

@@ -280,7 +280,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_replay_run", [](const fusion::ReplayTrace& t, const std::string& base,
                           const std::vector<std::pair<std::string, std::string>>& values,
                           const std::string& cost, const std::map<std::string, double>& trn2,
-                          const std::vector<uint32_t>& cut_after_ops, py::object hook) {
+                          const std::vector<uint32_t>& cut_after_ops, py::object hook,
+                          const std::vector<uint32_t>& whole_run_ops) {
     fusion::ReplayOptions o;
     std::string error;
     auto p = fusion::builtin_policy(base);
@@ -290,6 +291,7 @@ PYBIND11_MODULE(_C, m) {
       if (!fusion::set_policy_value(*p, k, v, error)) throw py::value_error("neuron: " + error);
     o.policy = *p;
     o.cut_after_ops = cut_after_ops;
+    o.whole_run_ops = whole_run_ops;
     if (cost == "trn2") o.cost.source = fusion::CostSource::kTrn2;
     else if (cost != "measured") throw py::value_error("neuron: cost model '" + cost + "' (allowed: measured, trn2)");
     for (const auto& [k, v] : trn2) {
@@ -359,5 +361,5 @@ PYBIND11_MODULE(_C, m) {
     return d;
   }, py::arg("trace"), py::arg("base"), py::arg("values"), py::arg("cost") = "measured",
      py::arg("trn2") = std::map<std::string, double>{}, py::arg("cut_after_ops") = std::vector<uint32_t>{},
-     py::arg("hook") = py::none());
+     py::arg("hook") = py::none(), py::arg("whole_run_ops") = std::vector<uint32_t>{});
 }

@@ -142,11 +142,17 @@ bool Segmenter::content_cut(const SegmentOp& op) {
   if (!policy_.use_rolling_cut || recent_.size() < policy_.rolling_window) return false;
   const uint64_t h =
       hash_bytes(recent_.data(), recent_.size() * sizeof(uint64_t), /*seed=*/0x5e9);
-  return (h & policy_.rolling_mask) == 0;
+  if ((h & policy_.rolling_mask) != 0) return false;
+  if (op.whole_run && policy_.keep_runs_whole) {
+    deferred_cut_ = true;  // cut_before the run's next other op
+    return false;
+  }
+  return true;
 }
 
 bool Segmenter::cut_before(const SegmentOp& op) const {
   if (after_cut_op_ && !ops_.empty() && !op.barrier && !is_cut_after(op.op)) return true;
+  if (deferred_cut_ && !ops_.empty() && !op.barrier && !op.whole_run) return true;
   return policy_.use_rolling_cut && !before_start_.empty() &&
          before_start_.size() == policy_.rolling_window &&
          ops_.size() >= std::max<size_t>({2 * size_t{policy_.rolling_window}, 2, policy_.max_length / 2}) &&
@@ -183,6 +189,7 @@ std::optional<Segment> Segmenter::flush(CutReason reason, const std::vector<bool
 
 bool Segmenter::flush_into(CutReason reason, const std::vector<bool>& alive, Segment& out) {
   after_cut_op_ = false;
+  deferred_cut_ = false;
   if (ops_.empty()) return false;
   make_segment_into(ops_, reason, alive, out);
   ops_.clear();

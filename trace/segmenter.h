@@ -19,6 +19,7 @@ struct SegmentPolicy {
   uint64_t rolling_mask = 0xf;      // cut when the rolling hash & mask == 0 (~1 in 16)
   std::vector<OpId> cut_after;      // a run of matmul-class ops ends a segment
   bool use_rolling_cut = true;
+  bool keep_runs_whole = true;      // a content cut inside a run of whole_run ops moves to its end
 };
 
 // One op as the segmenter sees it.
@@ -29,6 +30,8 @@ struct SegmentOp {
   SmallVec<uint64_t, 6> outputs;        // storage identities of fresh outputs
   uint64_t seq = 0;
   bool barrier = false;                 // cut before and after; never inside a segment
+  bool whole_run = false;               // a run of such ops (foreach ops: an optimizer step,
+                                        // one fused group) is never split by a content cut
 };
 
 struct Segment {
@@ -53,6 +56,8 @@ class Segmenter {
   // repeated layers fused less of a small Llama step); on with rolling cuts.
   // Also the cut after a run of cut_after ops: they end a segment together, so back-to-
   // back matmuls (a backward's two gradients, q/k/v projections) are not one-op segments.
+  // And a rolling-hash cut that fell on a whole_run op (keep_runs_whole): it comes here,
+  // before the run's first other op.
   bool cut_before(const SegmentOp& op) const;
   // add() then flush() without liveness information.
   void push(const SegmentOp& op, std::vector<Segment>& closed);
@@ -80,6 +85,7 @@ class Segmenter {
   std::vector<uint64_t> recent_;  // signatures of the last rolling_window ops (any segment)
   std::vector<uint64_t> before_start_;  // recent_ when the open segment started
   bool after_cut_op_ = false;           // the open segment's last op is a cut_after op
+  bool deferred_cut_ = false;           // a content cut waits for the end of a whole run
 };
 
 // Canonical words and key of a sequence of ops (exposed for tests and replay).

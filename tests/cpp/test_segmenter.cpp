@@ -94,6 +94,37 @@ TEST(Segmenter, ARunOfCutAfterOpsEndsOneSegment) {
   EXPECT_EQ(closed.size(), 2u);
 }
 
+TEST(Segmenter, AContentCutNeverSplitsARunOfWholeRunOps) {
+  // Mask 0: the rolling hash cuts after every op. A run of foreach ops (an optimizer
+  // step) stays one segment: the cut that fell inside it comes before the next other op.
+  for (bool keep : {true, false}) {
+    SegmentPolicy policy;
+    policy.rolling_window = 1;
+    policy.rolling_mask = 0;
+    policy.keep_runs_whole = keep;
+    Segmenter seg(policy);
+    std::vector<Segment> closed;
+    uint64_t sig = 100;
+    for (bool run : {false, false, true, true, true, false, true}) {
+      SegmentOp op = op_with(sig++, {}, {});
+      op.whole_run = run;
+      seg.push(op, closed);
+    }
+    std::vector<uint32_t> lengths;
+    for (const auto& c : closed) lengths.push_back(c.length);
+    if (keep) {
+      EXPECT_EQ(lengths, (std::vector<uint32_t>{1, 1, 3, 1})) << "kept whole";
+      EXPECT_EQ(closed[2].reason, CutReason::kContent);
+      EXPECT_EQ(seg.open_length(), 1u);  // the last run is still open
+      ASSERT_TRUE(seg.flush(CutReason::kSync).has_value());
+      seg.push(op_with(sig++, {}, {}), closed);  // the flush cleared the deferred cut
+      EXPECT_EQ(closed.size(), 5u);
+    } else {
+      EXPECT_EQ(lengths, (std::vector<uint32_t>{1, 1, 1, 1, 1, 1, 1})) << "split";
+    }
+  }
+}
+
 TEST(Segmenter, MaxLengthCuts) {
   SegmentPolicy policy;
   policy.use_rolling_cut = false;

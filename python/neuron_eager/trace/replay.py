@@ -264,7 +264,8 @@ def replay(prepared: Union[Prepared, str, os.PathLike, Trace], policy: Any = "de
             return bool(pol.should_compile(segment))
     t0 = time.perf_counter()
     r = _C()._replay_run(prepared.core, pol.base, list(pol.knobs.items()), cost_model,
-                         dict(trn2 or {}), sorted(set(cut)), hook)
+                         dict(trn2 or {}), sorted(set(cut)), hook,
+                         sorted(i for n, i in names.items() if n.startswith("aten::_foreach_")))
     elapsed = time.perf_counter() - t0
     keys = [KeyReport(k["key"], k["length"], trace.op_name(k["first_op"]), k["occurrences"],
                       k["fused"], k["compiled_at"], k["decision"], k["native"], k["per_op_ns"],
