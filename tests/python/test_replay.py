@@ -221,3 +221,26 @@ def test_sweep_writes_a_table_and_a_plot(traces, tmp_path):
     with open(f"{prefix}.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(f"{prefix}.png") > 5000
+
+
+def test_a_content_cut_never_splits_an_optimizer_step(traces):
+    # Content cuts after half the windows (rolling_bits = 1): with foreach_runs_whole off
+    # some fall between two of AdamW's _foreach_ ops; on (the default), never: the cut
+    # moves to the run's end, in replay as in the engine (trace::Segmenter).
+    trace = traces["default"]
+    d = trace.events[trace.events["kind"] == OP_DISPATCH]
+    order = np.argsort(d["seq"])
+    seqs = d["seq"][order].tolist()
+    is_foreach = [trace.op_name(int(o)).startswith("aten::_foreach_") for o in d["op"][order]]
+    foreach_after = {seqs[i] for i in range(1, len(seqs)) if is_foreach[i] and is_foreach[i - 1]}
+    assert len(foreach_after) > 20  # AdamW's runs: several _foreach_ ops each step
+
+    def splits(whole):
+        pol = rp.Policy("default", rolling_bits=1, rolling_window=1, foreach_runs_whole=whole)
+        rep = rp.replay(rp.prepare(trace), pol)
+        starts = rep.occurrences_table["first_seq"].tolist()
+        assert len(starts) > 50
+        return sum(int(s) in foreach_after for s in starts)
+
+    assert splits(False) > 0
+    assert splits(True) == 0
