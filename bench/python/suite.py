@@ -133,7 +133,7 @@ def side_measurements(args, log):
     code, _, _, text = run_job(cmd, dict(os.environ), 300, log)
     out["tiny_op"] = json.load(open(path)) if code == 0 else {"error": text[-500:]}
     # What bounds the DRAM chain: its ATen kernels on one cache-resident tile, one thread.
-    cmd = [sys.executable, os.path.join(HERE, "chain_bound.py"), "--floor", "8" if args.tiny else "32"]
+    cmd = [sys.executable, os.path.join(HERE, "chain_bound.py"), "--floor", "32x128" if args.tiny else "32x4096"]
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")  # plain PyTorch
     code, _, _, text = run_job(cmd, env, 300, log)
     try:

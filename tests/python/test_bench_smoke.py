@@ -78,13 +78,18 @@ def test_chain_bound_bench(tmp_path):
     out = tmp_path / "bound.json"
     text = run("chain_bound.py", "--tiny", "--rounds", "1", "--repeats", "1", "--json", str(out))
     res = json.loads(out.read_text())
-    assert set(res["floor"]) == {"layer_norm", "gelu", "add", "ln+gelu+add"}
-    assert all(ns > 0 for ns in res["floor"].values())
-    assert res["stream_copy_gbs"] > 0 and res["floor_gbs"] > 0
-    assert set(res["chain"]) == {"8", "32"}
-    for row in res["chain"].values():
-        assert row["cpu"]["ns_per_element"] > 0 and row["adaptive"]["ns_per_element"] > 0
-    assert "compute floor" in text
+    assert set(res["shapes"]) == {"small", "cache", "dram"} and res["stream_copy_gbs"] > 0
+    for row in res["shapes"].values():
+        assert set(row["floor_kernels_1thread"]) == {"layer_norm", "gelu", "add", "ln+gelu+add"}
+        assert all(ns > 0 for ns in row["floor_kernels_1thread"].values())
+        for part in ("cpu", "adaptive", "floor"):
+            assert row[part]["ns_per_element"] > 0 and row[part]["gbs"] > 0
+        assert row["ceiling_vs_cpu"] > 0 and row["adaptive_vs_cpu"] > 0
+        assert 1 <= row["tile"][0] <= row["rows"]
+    assert "compute floor" in text and "DRAM chain" in text
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "chain_bound.py"),
+                          "--floor", "32by4096"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "expected ROWSxCOLS" in bad.stderr
 
 
 def test_host_bound_bench(tmp_path):
