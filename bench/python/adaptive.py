@@ -7,30 +7,17 @@ this machine's measured copy bandwidth.
 """
 
 import argparse
-import json
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 
 import neuron_eager
+from bench_common import median_time, write_json
 
 
 def timeit(fn, device, warmup, repeats):
-    def sync():
-        if device != "cpu":
-            torch.neuron.synchronize()
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), min(times), max(times)
+    return median_time(fn, torch.neuron.synchronize if device != "cpu" else lambda: None,
+                       warmup, repeats)
 
 
 def chain_workload(rows, cols):
@@ -133,9 +120,7 @@ def main():
                             "fraction": achieved / bandwidth}
         print(f"DRAM chain: {achieved:.1f} GB/s of the machine's {bandwidth:.1f} GB/s copy "
               f"bandwidth ({achieved / bandwidth:.0%})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+    write_json(args.json, out)
 
 
 if __name__ == "__main__":

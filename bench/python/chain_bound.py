@@ -36,25 +36,14 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
+from bench_common import median_time, write_json
+
 BLOCKS = 3
 TILE_ELEMENTS = 131072  # tier 1's tile: 2 MiB of 4 float operands (fusion::tile_elements)
-
-
-def timed(fn, sync, repeats):
-    fn()
-    sync()
-    best = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        sync()
-        best.append(time.perf_counter() - t)
-    return statistics.median(best)
 
 
 def chain_runner(rows, cols, device):
@@ -92,7 +81,7 @@ def floor_child(shape, repeats):
     for name, fn in floor_runners(rows, cols).items():
         for _ in range(3):
             fn()
-        out[name] = 1e9 * timed(fn, lambda: None, repeats) / (rows * cols)
+        out[name] = 1e9 * median_time(fn, lambda: None, 1, repeats)[0] / (rows * cols)
     print(json.dumps(out))
 
 
@@ -134,7 +123,7 @@ def rounds_of(runners, rounds, repeats):
         keys = keys[r % len(keys):] + keys[:r % len(keys)]
         for k in keys:
             fn, sync = runners[k]
-            times[k].append(timed(fn, sync, repeats))
+            times[k].append(median_time(fn, sync, 1, repeats)[0])
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -224,9 +213,7 @@ def main():
     print(f"DRAM chain: adaptive {dram['adaptive']['gbs']:.1f} GB/s = "
           f"{dram['adaptive']['gbs'] / copy_gbs:.0%} of STREAM copy; its compute floor allows "
           f"{dram['floor']['gbs']:.1f} GB/s ({dram['floor']['gbs'] / copy_gbs:.0%})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+    write_json(args.json, res)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from bench_common import write_json  # noqa: E402
 
 
 def measure(name, config, tiny, steps, warmup):
@@ -99,9 +100,7 @@ def main():
         print(f"{name} | {row['cpu']['step_ms']:.3f} | {e['step_ms']:.3f} | {e['host_ms']:.3f} | "
               f"{a['step_ms']:.3f} | {a['host_ms']:.3f} | {a['device_tail_ms']:.3f} | "
               f"{a['speedup_vs_cpu']:.2f}x | {a['ceiling_vs_cpu']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows, indent=1)
 
 
 if __name__ == "__main__":

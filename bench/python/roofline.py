@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from bench_common import write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -75,9 +77,7 @@ def main():
         for k, v in cpp.items():
             if k.startswith("BM_"):
                 print(f"  {k}: {v:.1f} GB/s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+    write_json(args.json, res)
 
 
 if __name__ == "__main__":

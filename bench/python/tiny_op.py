@@ -5,11 +5,12 @@ eager against CPU eager, as a ratio from one run.
 """
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
+
+from bench_common import write_json
 
 
 # Ops per burst: below the engine's backpressure limit (1024 queued ops per stream), so
@@ -64,9 +65,7 @@ def main() -> None:
           f"(ratio {res['host_cost_ratio']:.2f}x CPU eager)")
     print(f"  neuron eager, to finish  : {res['neuron_throughput_us_per_op']:.2f} us/op  "
           f"(ratio {res['throughput_ratio']:.2f}x CPU eager)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+    write_json(args.json, res)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ as a ratio from one run, and the bytes per op of the trace file.
 """
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -16,6 +15,8 @@ import torch.nn as nn
 
 import neuron_eager
 from neuron_eager import _C
+
+from bench_common import write_json
 
 
 def make():
@@ -67,9 +68,7 @@ def main():
     print(f"  neuron eager + tracing  : {res['traced_s'] * 1e3:.1f} ms  "
           f"(ratio {res['overhead_ratio']:.3f}, overhead {100 * (res['overhead_ratio'] - 1):.1f}%)")
     print(f"  trace size              : {res['bytes_per_op']:.1f} bytes per op")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+    write_json(args.json, res)
 
 
 if __name__ == "__main__":
