@@ -93,8 +93,14 @@ void* DeviceMemory::allocate(size_t bytes) {
 }
 
 void DeviceMemory::free(void* ptr) {
-  retire(ptr);
-  recycle(ptr);
+  if (ptr == nullptr) return;
+  BlockHeader* h = header_of(ptr);
+  std::lock_guard lock(mutex_);  // retire and recycle under one lock
+  stats_.allocated_bytes.sub(static_cast<int64_t>(h->size_class));
+  stats_.requested_bytes.sub(static_cast<int64_t>(h->requested));
+  stats_.allocations.sub(1);
+  free_blocks_[h->size_class].push_back(ptr);
+  cached_bytes_ += h->size_class;
 }
 
 void DeviceMemory::retire(void* ptr) {

@@ -176,4 +176,17 @@ int64_t pending_work(int core) {
   return n;
 }
 
+int64_t busy_time_ns(int core) {
+  int64_t ns = 0;
+  for (auto& slot : core_at(core).streams)
+    if (Stream* s = slot.load(std::memory_order_acquire)) ns += s->busy_ns();
+  return ns;
+}
+
+void reset_busy_time() {
+  for (int i = 0; i < core_count(); ++i)
+    for (auto& slot : core_at(i).streams)
+      if (Stream* s = slot.load(std::memory_order_acquire)) s->reset_busy();
+}
+
 }  // namespace neuron::backend

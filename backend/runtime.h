@@ -40,5 +40,9 @@ void free_block(void* ptr);
 // after a drain every retired block of the core qualifies).
 void reclaim_blocks(int core);
 int64_t pending_work(int core);
+// The device's busy time: nanoseconds the workers of the core's streams spent running
+// items, since they began or reset_busy_time().
+int64_t busy_time_ns(int core);
+void reset_busy_time();
 
 }  // namespace neuron::backend

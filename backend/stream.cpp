@@ -82,46 +82,58 @@ bool Stream::host_waits_long() const {
                            std::chrono::nanoseconds(kLongWait).count();
 }
 
+bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
+  // Spin, then yield, before sleeping: back-to-back ops cost no futex wake-up, and a
+  // woken worker never waits for a time slice behind busy intra-op threads. Yielding
+  // leaves the core to the dispatching host thread whenever it needs it.
+  const auto idle_since = std::chrono::steady_clock::now();
+  for (int spin = 0;; ++spin) {
+    // Polls the enqueue counter, not the mutex: a spinning worker never makes the
+    // dispatching thread wait for the lock.
+    if (enqueued_.load(std::memory_order_acquire) > taken_) {
+      std::lock_guard lock(mutex_);
+      batch.swap(queue_);
+      taken_ += batch.size();
+      return true;
+    }
+    if (spin % 64 == 63) {
+      std::lock_guard lock(mutex_);
+      if (stop_) return false;
+    }
+    if (spin < 200) {
+      cpu_relax();
+    } else {
+      if (std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(2)) break;
+      std::this_thread::yield();
+    }
+  }
+  std::unique_lock lock(mutex_);
+  worker_sleeping_ = true;
+  work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+  worker_sleeping_ = false;
+  if (queue_.empty()) return false;
+  batch.swap(queue_);
+  taken_ += batch.size();
+  return true;
+}
+
 void Stream::worker_loop() {
   t_worker_stream = this;
   if (auto init = g_thread_init.load()) init();
   int spinning = -1;  // the last state given to the spin hook
+  // The items taken from queue_ at once (all it held), run in order: the worker takes the
+  // lock the host enqueues under once per batch, not once per item. Both vectors keep
+  // their capacity, so a steady stream of ops allocates nothing here.
+  std::vector<std::unique_ptr<WorkItem>> batch;
+  size_t next = 0;
   for (;;) {
-    std::unique_ptr<WorkItem> item;
-    // Spin, then yield, before sleeping: back-to-back ops cost no futex wake-up, and a
-    // woken worker never waits for a time slice behind busy intra-op threads. Yielding
-    // leaves the core to the dispatching host thread whenever it needs it.
-    const auto idle_since = std::chrono::steady_clock::now();
-    for (int spin = 0; !item; ++spin) {
-      // Polls the enqueue counter, not the mutex: a spinning worker never makes the
-      // dispatching thread wait for the lock.
-      if (enqueued_.load(std::memory_order_acquire) > taken_) {
-        std::lock_guard lock(mutex_);
-        item = std::move(queue_.front());
-        queue_.pop_front();
-        break;
-      }
-      if (spin % 64 == 63) {
-        std::lock_guard lock(mutex_);
-        if (stop_) return;
-      }
-      if (spin < 200) {
-        cpu_relax();
-      } else {
-        if (std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(2)) break;
-        std::this_thread::yield();
-      }
+    if (next == batch.size()) {
+      batch.clear();
+      next = 0;
+      if (!take_batch(batch)) return;
     }
-    if (!item) {
-      std::unique_lock lock(mutex_);
-      worker_sleeping_ = true;
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      worker_sleeping_ = false;
-      if (queue_.empty()) return;
-      item = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    ++taken_;
+    std::unique_ptr<WorkItem> item = std::move(batch[next++]);
+    const auto started = std::chrono::steady_clock::now();
     if (auto hook = g_spin_hook.load(std::memory_order_relaxed)) {
       const bool spin = host_waits_long();
       if (static_cast<int>(spin) != spinning) hook(spin);
@@ -140,9 +152,17 @@ void Stream::worker_loop() {
     // Releases the item's buffers before the work counts as done.
     WorkItem* raw = item.get();
     raw->finish(std::move(item));
+    busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - started).count(),
+                       std::memory_order_relaxed);
     completed_.fetch_add(1, std::memory_order_acq_rel);
-    std::lock_guard lock(mutex_);
-    if (waiters_ > 0) done_cv_.notify_all();
+    // Pairs with the fence in wait_until: a waiter either sees this item completed or is
+    // counted here (then the lock orders the notify after its wait began).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (waiters_.load(std::memory_order_relaxed) > 0) {
+      std::lock_guard lock(mutex_);
+      done_cv_.notify_all();
+    }
   }
 }
 
@@ -216,14 +236,15 @@ void Stream::wait_until(uint64_t target) {
       if (done()) return;
     }
     std::unique_lock lock(w->self->mutex_);
-    ++w->self->waiters_;
+    w->self->waiters_.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!freed && !w->self->done_cv_.wait_until(lock, long_from, done)) {
       lock.unlock();
       free_host_openmp_team();
       lock.lock();
     }
     w->self->done_cv_.wait(lock, done);
-    --w->self->waiters_;
+    w->self->waiters_.fetch_sub(1, std::memory_order_relaxed);
   };
   host_wait(block, &wait);
 }

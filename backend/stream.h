@@ -6,12 +6,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace neuron::backend {
 
@@ -54,6 +54,10 @@ class Stream {
   int64_t pending() const;
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   uint64_t enqueued() const { return enqueued_.load(std::memory_order_acquire); }
+  // Nanoseconds the worker spent running items (and releasing their buffers) since the
+  // stream began or the last reset: the device's busy time.
+  int64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
+  void reset_busy() { busy_ns_.store(0, std::memory_order_relaxed); }
   // True while a host thread waits for this stream, or while more than kDeepBacklog items
   // are queued: then the host has no use for a core, and free items (set_item_threads)
   // may take CPU eager's thread count.
@@ -88,6 +92,9 @@ class Stream {
 
  private:
   void worker_loop();
+  // Waits for queued items and moves them all into `batch` (empty on entry); false when
+  // the stream stops with nothing queued.
+  bool take_batch(std::vector<std::unique_ptr<WorkItem>>& batch);
   void wait_until(uint64_t target);
 
   const int device_;
@@ -95,15 +102,18 @@ class Stream {
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::deque<std::unique_ptr<WorkItem>> queue_;
+  std::vector<std::unique_ptr<WorkItem>> queue_;
   bool worker_sleeping_ = false;
-  int waiters_ = 0;
+  // Threads blocked on done_cv_ (changed under mutex_): the worker takes the mutex to
+  // notify only when one is, not after every item.
+  std::atomic<int> waiters_{0};
   std::atomic<int> host_waiters_{0};  // host threads in wait_until, spinning or blocked
   std::atomic<int64_t> host_blocked_since_ns_{0};  // steady clock; 0: no host thread blocked
   bool stop_ = false;
   std::atomic<uint64_t> enqueued_{0};
-  uint64_t taken_ = 0;  // items the worker popped (worker thread only)
+  uint64_t taken_ = 0;  // items the worker took from queue_ (worker thread only)
   std::atomic<uint64_t> completed_{0};
+  std::atomic<int64_t> busy_ns_{0};
   std::string error_;  // first failure since the last sync
   std::thread worker_;
 };

@@ -182,6 +182,7 @@ void reset_counters() {
   g_counters.reset();
   reset_adaptive_stats();
   backend::reset_thread_trial_stats();
+  backend::reset_busy_time();
 }
 
 }  // namespace neuron::engine

@@ -161,6 +161,9 @@ PYBIND11_MODULE(_C, m) {
     d["shape_cache_misses"] = c.shape_cache_misses;
     d["views"] = c.views;
     d["syncs"] = c.syncs;
+    int64_t busy = 0;
+    for (int i = 0; i < backend::core_count(); ++i) busy += backend::busy_time_ns(i);
+    d["device_busy_ns"] = busy;
     auto a = engine::adaptive_stats();
     d["programs"] = a.programs;
     d["segments_fused"] = a.segments_fused;

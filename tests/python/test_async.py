@@ -209,6 +209,63 @@ def test_a_host_far_ahead_waits_for_the_queue():
     del keep
 
 
+def test_host_threads_sharing_a_stream_never_miss_a_wake_up():
+    # Four host threads queue ops on one stream and wait for them at different points,
+    # while the worker takes the queue a batch at a time and takes the lock to wake
+    # waiters only when one is counted. Each round queues a product long enough that
+    # the waits block past their first timed phase: a lost wake-up then hangs a thread
+    # (the join's timeout fails the test). Every thread's result is CPU eager's, and the
+    # ops of each thread run in its order (a running sum through in-place adds).
+    r = run_py("""
+        import threading, torch
+        torch.manual_seed(0)
+        big = torch.randn(1000, 1000)
+        big_d = big.to("neuron")
+        errors = []
+        def work(k):
+            try:
+                x = torch.zeros(16, device="neuron")
+                ref = torch.zeros(16)
+                for i in range(600):
+                    x.add_(k + i % 7)
+                    ref.add_(k + i % 7)
+                    if i % 150 == 149:
+                        s = (big_d @ big_d).sum()
+                        torch.neuron.synchronize()
+                        assert torch.equal(x.cpu(), ref), (k, i)
+                assert torch.equal(x.cpu(), ref), k
+            except Exception as e:  # reported by the main thread
+                errors.append(repr(e))
+        threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a host thread never woke"
+        assert not errors, errors
+        print("OK")
+    """, NEURON_SYNC_YIELD_US="0")  # waits block at once (no yielding first)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "OK" in r.stdout
+
+
+def test_device_busy_time_counts_the_workers_running_items():
+    import time
+    neuron_eager.reset_counters()
+    assert neuron_eager.counters()["device_busy_ns"] == 0  # an idle device, just reset
+    start = time.perf_counter()
+    a, ys = big_work(3)
+    queued = time.perf_counter()
+    torch.neuron.synchronize()
+    wall_ns = (time.perf_counter() - start) * 1e9
+    busy = neuron_eager.counters()["device_busy_ns"]
+    # The products ran on the worker, mostly after the host had queued them: the busy
+    # time is most of the wall time after queueing, and never more than all of it (one
+    # stream, one worker).
+    assert 0.5 * (wall_ns - (queued - start) * 1e9) < busy <= wall_ns
+    del a, ys
+
+
 def test_stream_wait_stream():
     s = torch.neuron.Stream()
     a = torch.randn(SIZE, SIZE, device="neuron")

@@ -102,7 +102,11 @@ def test_host_bound_bench(tmp_path):
         for config in ("eager", "adaptive"):
             assert 0 < row[config]["host_ms"] <= row[config]["step_ms"]
             assert row[config]["ceiling_vs_cpu"] > 0
-    assert "ceiling/CPU" in text
+            # Busy only while a step's items ran: more than nothing, at most the step
+            # (both means over the timed steps).
+            assert 0 < row[config]["device_busy_ms"] <= row[config]["step_mean_ms"]
+            assert row[config]["device_ceiling_vs_cpu"] > 0
+    assert "ceiling/CPU" in text and "device ceiling/CPU" in text
 
 
 def test_suite_rounds_keep_each_jobs_median_round(tmp_path):
