@@ -91,19 +91,23 @@ def test_a_long_host_wait_frees_the_host_team_and_results_stay_cpu_exact():
     # so the worker's team may spin between regions (backend/worker_threads.cpp, SpinBallast).
     torch.manual_seed(2)
     x = torch.randn(1 << 22)
-    total = (x * 2).sum()  # a parallel CPU op: the host thread now has a team
     w = torch.randn(768, 768) / 28
     wd = w.to(DEV)
     torch.tanh(wd @ wd).cpu()  # the worker has run: its team (and the ballast's) exist
     time.sleep(0.2)
+    # A parallel CPU op: the host thread has a team now (a long wait above may have
+    # freed an earlier one).
+    total = (x * 2).sum()
     before = _process_threads()
-    y, yd = w, wd
-    for _ in range(40):  # tens of milliseconds of queued device work
-        y = torch.tanh(y @ w)
-        yd = torch.tanh(yd @ wd)
+    yd = wd
+    for _ in range(40):  # tens of milliseconds of queued device work, all waited for
+        yd = torch.tanh(yd @ wd)  # below (the CPU reference runs after the count)
     torch.neuron.synchronize()
     after = _process_threads()
     assert after < before, f"{before} threads before the wait, {after} after: the host's team was not freed"
+    y = w
+    for _ in range(40):
+        y = torch.tanh(y @ w)
     assert torch.equal(yd.cpu(), y)
     # CPU work on the host goes on (a new team) with the same result.
     assert torch.equal((x * 2).sum(), total)
