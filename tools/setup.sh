@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(meson ninja-build pkg-config g++ libtbb-dev libxxhash-dev libspdlog-dev
-              libgtest-dev libbenchmark-dev chromium)
+              libgtest-dev libbenchmark-dev chromium valgrind)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -25,6 +25,18 @@ def test_tiny_op_bench(tmp_path):
     assert res["cpu_eager_us_per_op"] > 0 and res["host_cost_ratio"] > 0
 
 
+def test_tiny_op_instructions_bench(tmp_path):
+    out = tmp_path / "instr.json"
+    text = run("tiny_op_instr.py", "--ops", "300", "--json", str(out))
+    res = json.loads(out.read_text())
+    # The host thread ran at least the adds' Python and dispatch; neuron's worker ran the
+    # kernels, CPU eager has no other busy thread.
+    for device in ("cpu", "neuron"):
+        assert res[device]["host_instructions_per_op"] > 1000
+    assert res["neuron"]["other_threads_instructions_per_op"] > 1000
+    assert res["host_ratio"] > 0 and "neuron / CPU eager, host thread" in text
+
+
 def test_trace_overhead_bench(tmp_path):
     out = tmp_path / "trace.json"
     run("trace_overhead.py", "--steps", "3", "--repeats", "1", "--json", str(out))
