@@ -316,9 +316,9 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   }
 
   // Hot keys without a program get one now (tier 1 is planned in microseconds).
-  const fusion::Policy policy = active_policy();
-  if (!ready && fusion_allowed() && count >= policy.hot_threshold &&
+  if (!ready && fusion_allowed() && count >= active_hot_threshold() &&
       state.plan.size() == segment.length) {
+    const fusion::Policy policy = active_policy();
     bool known;
     {
       std::lock_guard lock(r.mutex);

@@ -60,13 +60,6 @@ bool row_broadcast(const trace::TensorMeta& m, const trace::TensorMeta& out) {
 }
 
 // Reductions that may join row groups: the index of their dim-list argument, else 0.
-size_t reduction_dims_arg(const std::string& name) {
-  static const std::unordered_map<std::string, size_t> ops = {
-      {"aten::sum.dim_IntList", 1}, {"aten::mean.dim", 1}, {"aten::amax", 1},
-      {"aten::amin", 1}, {"aten::var.correction", 1}};
-  auto it = ops.find(name);
-  return it == ops.end() ? 0 : it->second;
-}
 
 // Operand with one value per row of out: out's sizes with a last size of 1.
 bool per_row_operand(const trace::TensorMeta& m, const trace::TensorMeta& out) {
@@ -91,25 +84,25 @@ fusion::PlanOp row_op(backend::OpWork& work, const OpInfo& info, fusion::PlanOp 
     // out, or per-row stats (last size 1)
     if (m.numel() != n && !(m.numel() * c == n && m.sizes[m.ndim - 1] == 1)) return p;
   }
-  if (reduction_dims_arg(info.name) > 0) {
+  if (info.fusible == FusibleKind::kReduction) {
     // A reduction over the last dim with keepdim (its per-row result has a last size of
     // 1), no dtype change: each row reduces on its own (rows are split across threads,
     // never a row), so a tile of whole rows gives the bits the whole tensor gives.
-    const size_t d = reduction_dims_arg(info.name);
+    const size_t d = info.reduction_dims_arg;
     if (c < 2 || n / c < 2 || work.output_metas.size() != 1) return p;
     const auto& out = work.output_metas[0];
     if (out.ndim != in.ndim || out.sizes[out.ndim - 1] != 1 || out.dtype != in.dtype) return p;
     if (work.slots.size() <= d + 1 || !work.values[d].isIntList()) return p;
     const auto dims = work.values[d].toIntList();
     if (dims.size() != 1 || (dims.get(0) != -1 && dims.get(0) != in.ndim - 1)) return p;
-    const size_t keepdim = info.name == "aten::var.correction" ? d + 2 : d + 1;
+    const size_t keepdim = info.reduction_keepdim_arg;
     if (keepdim >= work.values.size() || !work.values[keepdim].isBool() || !work.values[keepdim].toBool())
       return p;
     for (size_t k = keepdim + 1; k < work.values.size(); ++k)
       if (work.slots[k].kind == backend::SlotKind::kValue && !work.values[k].isNone()) return p;  // dtype=
     // Tiles are [rows, C]: the last dim is -1 there, whatever the tensor's rank.
     if (dims.get(0) != -1) work.values[d] = c10::IValue(std::vector<int64_t>{-1});
-  } else if (info.name == "aten::native_layer_norm") {
+  } else if (info.fusible == FusibleKind::kLayerNorm) {
     // normalized_shape = [C]; weight and bias [C] or absent.
     if (work.slots.size() < 5 || work.slots[1].kind != backend::SlotKind::kValue) return p;
     const c10::IValue& shape = work.values[1];
@@ -177,16 +170,19 @@ fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info) {
     if (work.slots[k].kind != backend::SlotKind::kValue &&
         work.slots[k].kind != backend::SlotKind::kTensor)
       return p;
-  const auto& policy_ops = active_policy().fusible_ops;
-  if (!policy_ops.empty() && std::find(policy_ops.begin(), policy_ops.end(), info.name) == policy_ops.end())
-    return p;
-  if (info.name == "aten::native_layer_norm" || info.name == "aten::_softmax" ||
-      info.name == "aten::_log_softmax" || reduction_dims_arg(info.name) > 0)
+  // A policy's own op list replaces the builtin pointwise list (rare: read it only then).
+  const bool listed = active_policy_lists_ops();
+  if (listed) {
+    const auto policy_ops = active_policy().fusible_ops;
+    if (std::find(policy_ops.begin(), policy_ops.end(), info.name) == policy_ops.end()) return p;
+  }
+  if (info.fusible == FusibleKind::kLayerNorm || info.fusible == FusibleKind::kSoftmax ||
+      info.fusible == FusibleKind::kReduction)
     return row_op(work, info, std::move(p));
   if (work.output_metas.size() != 1) return p;
   const auto& out = work.output_metas[0];
   if (!out.defined || !is_contiguous(out)) return p;
-  if (policy_ops.empty() && builtin_pointwise().count(info.name) == 0) return p;
+  if (!listed && info.fusible != FusibleKind::kPointwise) return p;
   int64_t row = 0;
   for (size_t k = 0; k < work.record.tensors.size(); ++k) {
     const auto& m = work.record.tensors[k];
@@ -202,6 +198,27 @@ fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info) {
   // Over per-row values only: may run on row slices inside a row group.
   p.per_row = row == 0 && out.ndim >= 2 && out.sizes[out.ndim - 1] == 1;
   return p;
+}
+
+void classify_fusible(OpInfo& info) {
+  // Reductions that may join row groups, with their dim-list and keepdim arguments.
+  static const std::unordered_map<std::string, std::pair<uint8_t, uint8_t>> reductions = {
+      {"aten::sum.dim_IntList", {1, 2}}, {"aten::mean.dim", {1, 2}}, {"aten::amax", {1, 2}},
+      {"aten::amin", {1, 2}}, {"aten::var.correction", {1, 3}}};
+  const std::string& name = info.name;
+  if (auto it = reductions.find(name); it != reductions.end()) {
+    info.fusible = FusibleKind::kReduction;
+    info.reduction_dims_arg = it->second.first;
+    info.reduction_keepdim_arg = it->second.second;
+  } else if (name == "aten::native_layer_norm") {
+    info.fusible = FusibleKind::kLayerNorm;
+  } else if (name == "aten::_softmax" || name == "aten::_log_softmax") {
+    info.fusible = FusibleKind::kSoftmax;
+  } else if (builtin_pointwise().count(name)) {
+    info.fusible = FusibleKind::kPointwise;
+  } else {
+    info.fusible = FusibleKind::kNone;
+  }
 }
 
 backend::ThreadRule thread_rule_of(const std::string& name) {

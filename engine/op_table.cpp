@@ -174,6 +174,7 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
     info->synchronous_reason = "its Meta kernel's output shapes differ from the CPU kernel's";
   }
   info->threads = thread_rule_of(info->name);
+  classify_fusible(*info);
   info->fast_meta = find_fast_meta(info->name);
   if (info->foreach) info->foreach_inplace = find_foreach_inplace(s, *info);
   if (!out_variant_denylist().count(s.name()) && !info->foreach_inplace)

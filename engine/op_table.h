@@ -16,6 +16,16 @@ namespace neuron::engine {
 
 struct FastMeta;
 
+// How an op may join a fused group, by its name alone (fusible.cpp); the operands of
+// each call decide the rest.
+enum class FusibleKind : uint8_t {
+  kNone,        // never in a group (it may still be an extern step)
+  kPointwise,   // a builtin pointwise op: same-shape or row-broadcast operands
+  kLayerNorm,   // native_layer_norm over the last dim
+  kSoftmax,     // _softmax / _log_softmax over the last dim
+  kReduction,   // keepdim sum/mean/amax/amin/var over the last dim
+};
+
 struct ReturnInfo {
   enum Kind : uint8_t { kNew, kView, kInplace, kNonTensor } kind = kNew;
   bool is_list = false;
@@ -34,6 +44,9 @@ struct OpInfo {
   bool needs_work = true;               // false for pure views: nothing to execute
   // How the op's bits depend on the worker's intra-op thread count.
   backend::ThreadRule threads = backend::ThreadRule::kFixed;
+  FusibleKind fusible = FusibleKind::kNone;
+  uint8_t reduction_dims_arg = 0;   // kReduction: the dim-list argument
+  uint8_t reduction_keepdim_arg = 0;  // kReduction: the keepdim argument
   std::optional<c10::OperatorHandle> out_variant;
   const FastMeta* fast_meta = nullptr;  // output geometry in C++ (engine/fast_meta.h)
   // Functional foreach ops: the in-place sibling (_foreach_sqrt -> _foreach_sqrt_), run on
@@ -48,6 +61,8 @@ struct OpInfo {
 OpInfo& op_info(const c10::OperatorHandle& op);
 // The thread rule of an op by name (fusible.cpp, next to the pointwise op list).
 backend::ThreadRule thread_rule_of(const std::string& name);
+// Sets info.fusible and its reduction arguments from info.name (fusible.cpp).
+void classify_fusible(OpInfo& info);
 // Marks an op synchronous from now on (no meta kernel, for instance).
 void mark_synchronous(OpInfo& info, std::string reason);
 

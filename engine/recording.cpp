@@ -233,6 +233,11 @@ trace::TraceCache& trace_cache() {
 std::atomic<bool> g_lift_scalars{true};
 bool active_policy_lifts() { return g_lift_scalars.load(std::memory_order_relaxed); }
 
+std::atomic<bool> g_policy_lists_ops{false};
+std::atomic<uint64_t> g_hot_threshold{fusion::Policy{}.hot_threshold};
+bool active_policy_lists_ops() { return g_policy_lists_ops.load(std::memory_order_relaxed); }
+uint64_t active_hot_threshold() { return g_hot_threshold.load(std::memory_order_relaxed); }
+
 fusion::Policy active_policy() {
   std::lock_guard lock(g_policy_mutex);
   return g_policy;
@@ -244,6 +249,8 @@ void set_active_policy(const fusion::Policy& policy) {
     g_policy = policy;
   }
   g_lift_scalars = policy.lift_scalars;
+  g_policy_lists_ops = !policy.fusible_ops.empty();
+  g_hot_threshold = policy.hot_threshold;
   trace_cache().set_hot_threshold(policy.hot_threshold);
   // Open segments close; new segmenters follow the new policy.
   flush_all_windows();

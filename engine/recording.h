@@ -62,6 +62,9 @@ uint64_t stop_trace();
 trace::TraceCache& trace_cache();
 // The fusion policy in force (segmenting knobs apply to new segments at once).
 fusion::Policy active_policy();
+// Cheap reads of the active policy for the per-op and per-cut paths (no copy, no lock).
+bool active_policy_lists_ops();    // the policy names its own fusible_ops
+uint64_t active_hot_threshold();
 void set_active_policy(const fusion::Policy& policy);
 // Set by the bindings: the Python stack of the calling thread, or "" outside Python.
 void set_stack_capture(std::string (*capture)());

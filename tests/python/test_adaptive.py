@@ -475,3 +475,34 @@ def test_foreach_lists_sharing_tensors_across_positions_stay_correct(adaptive):
 
     for x, y in zip(run("neuron"), run("cpu")):
         assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("listed,grouped", [("aten::mul.Tensor,aten::sigmoid", False),
+                                            ("aten::mul.Tensor,aten::sub.Tensor,aten::sigmoid,"
+                                             "aten::add.Tensor", True),
+                                            ("", True)])
+def test_policy_fusible_ops_list_decides_which_ops_join_groups(adaptive, listed, grouped):
+    """A policy's fusible_ops replaces the builtin pointwise list: a chain whose ops are
+    with no two listed ops in a row forms no group; listed (or no list: the builtin ops),
+    it runs as a tile group. Results bit-equal to CPU eager either way."""
+    x = torch.randn(1 << 12)
+    expected = ((x * 3 - 1).sigmoid() + x) * 0.5
+    xn = x.to("neuron")
+    policy = dict(SMALL_GROUPS)
+    if listed:
+        policy["fusible_ops"] = listed
+    neuron_eager.set_policy(policy)
+    neuron_eager.reset_fusion_state()
+    try:
+        for _ in range(4):
+            ((xn * 3 - 1).sigmoid() + xn).mul(0.5).cpu()
+        before = neuron_eager.counters()
+        outs = [((xn * 3 - 1).sigmoid() + xn).mul(0.5).cpu() for _ in range(3)]
+        after = neuron_eager.counters()
+    finally:
+        neuron_eager.set_policy(SMALL_GROUPS)
+        neuron_eager.reset_fusion_state()
+    for o in outs:
+        assert torch.equal(o, expected)
+    assert after["segments_fused"] - before["segments_fused"] >= 3
+    assert (after["ops_in_tile_groups"] > before["ops_in_tile_groups"]) == grouped, (listed, after)
