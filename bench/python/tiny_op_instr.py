@@ -14,15 +14,10 @@ worker thread runs the kernel, and spins while idle: counted apart).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 
-from bench_common import write_json
+from bench_common import callgrind_measure, gate_signal_and_wait, require_callgrind, write_json
 
 
 def child(device: str, ops: int, gate: str) -> None:
@@ -35,57 +30,18 @@ def child(device: str, ops: int, gate: str) -> None:
     sync = torch.neuron.synchronize if device != "cpu" else (lambda: None)
     sync()
 
-    def signal_and_wait(mine: str, theirs: str) -> None:
-        open(os.path.join(gate, mine), "w").close()
-        while not os.path.exists(os.path.join(gate, theirs)):
-            time.sleep(0.05)
-
-    signal_and_wait("ready", "on")
+    gate_signal_and_wait(gate, "ready", "on")
     for _ in range(ops):
         c = a + b
     sync()
     del c
-    signal_and_wait("done", "off")
-
-
-def thread_totals(prefix: str) -> dict[int, int]:
-    """Instructions per callgrind thread file (prefix-01 is the main thread)."""
-    out = {}
-    for path in sorted(glob.glob(prefix + "-*")):
-        with open(path) as f:
-            for line in f:  # the last "totals:" line holds the thread's count
-                if line.startswith("totals:"):
-                    out[int(path.rsplit("-", 1)[1])] = int(line.split()[1])
-    return out
+    gate_signal_and_wait(gate, "done", "off")
 
 
 def measure(device: str, ops: int, work: str) -> dict[int, int]:
     gate = os.path.join(work, device)
-    os.makedirs(gate)
-    prefix = os.path.join(work, f"cg_{device}")
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
-           f"--callgrind-out-file={prefix}", sys.executable, os.path.abspath(__file__),
-           "--child", device, "--ops", str(ops), "--gate", gate]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-    def wait_for(name: str) -> None:
-        while not os.path.exists(os.path.join(gate, name)):
-            if proc.poll() is not None:
-                raise SystemExit(f"{device} child failed:\n{proc.stderr.read()[-2000:]}")
-            time.sleep(0.1)
-
-    def control(switch: str, name: str) -> None:
-        subprocess.run(["callgrind_control", "-i", switch, str(proc.pid)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        open(os.path.join(gate, name), "w").close()
-
-    wait_for("ready")
-    control("on", "on")
-    wait_for("done")
-    control("off", "off")
-    if proc.wait() != 0:
-        raise SystemExit(f"{device} child failed:\n{proc.stderr.read()[-2000:]}")
-    return thread_totals(prefix)
+    return callgrind_measure([os.path.abspath(__file__), "--child", device, "--ops", str(ops),
+                              "--gate", gate], os.path.join(work, f"cg_{device}"), gate)
 
 
 def main() -> None:
@@ -99,9 +55,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.ops, args.gate)
         return
-    for tool in ("valgrind", "callgrind_control"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"tiny_op_instr.py needs {tool} (Debian package valgrind)")
+    require_callgrind("tiny_op_instr.py")
     res = {"ops": args.ops}
     with tempfile.TemporaryDirectory() as work:
         for device in ("cpu", "neuron"):

@@ -37,6 +37,21 @@ def test_tiny_op_instructions_bench(tmp_path):
     assert res["host_ratio"] > 0 and "neuron / CPU eager, host thread" in text
 
 
+def test_step_instructions_bench(tmp_path):
+    out = tmp_path / "step_instr.json"
+    text = run("step_instr.py", "chain_small", "eager", "adaptive", "--tiny", "--steps", "2",
+               "--json", str(out))
+    res = json.loads(out.read_text())
+    # Both configs ran the chain's Python and dispatch on the host thread and its kernels
+    # on the worker; ratios are against the first config.
+    for config in ("eager", "adaptive"):
+        r = res["configs"][config]
+        assert r["host_instructions_per_step"] > 10000, r
+        assert r["other_threads_instructions_per_step"] > 1000, r
+    assert res["configs"]["eager"]["host_ratio"] == 1.0
+    assert "host thread against eager" in text
+
+
 def test_trace_overhead_bench(tmp_path):
     out = tmp_path / "trace.json"
     run("trace_overhead.py", "--steps", "3", "--repeats", "1", "--json", str(out))
