@@ -59,8 +59,6 @@ bool row_broadcast(const trace::TensorMeta& m, const trace::TensorMeta& out) {
   return true;
 }
 
-// Reductions that may join row groups: the index of their dim-list argument, else 0.
-
 // Operand with one value per row of out: out's sizes with a last size of 1.
 bool per_row_operand(const trace::TensorMeta& m, const trace::TensorMeta& out) {
   if (out.ndim < 2 || m.ndim != out.ndim || !plain(m)) return false;
@@ -173,8 +171,9 @@ fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info) {
   // A policy's own op list replaces the builtin pointwise list (rare: read it only then).
   const bool listed = active_policy_lists_ops();
   if (listed) {
-    const auto policy_ops = active_policy().fusible_ops;
-    if (std::find(policy_ops.begin(), policy_ops.end(), info.name) == policy_ops.end()) return p;
+    const fusion::Policy policy = active_policy();
+    const auto& ops = policy.fusible_ops;
+    if (std::find(ops.begin(), ops.end(), info.name) == ops.end()) return p;
   }
   if (info.fusible == FusibleKind::kLayerNorm || info.fusible == FusibleKind::kSoftmax ||
       info.fusible == FusibleKind::kReduction)

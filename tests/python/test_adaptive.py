@@ -482,9 +482,9 @@ def test_foreach_lists_sharing_tensors_across_positions_stay_correct(adaptive):
                                              "aten::add.Tensor", True),
                                             ("", True)])
 def test_policy_fusible_ops_list_decides_which_ops_join_groups(adaptive, listed, grouped):
-    """A policy's fusible_ops replaces the builtin pointwise list: a chain whose ops are
-    with no two listed ops in a row forms no group; listed (or no list: the builtin ops),
-    it runs as a tile group. Results bit-equal to CPU eager either way."""
+    """A policy's fusible_ops replaces the builtin pointwise list: a chain with no two
+    listed ops in a row forms no group; with all its ops listed (or no list: the builtin
+    ops) it runs as a tile group. Results bit-equal to CPU eager either way."""
     x = torch.randn(1 << 12)
     expected = ((x * 3 - 1).sigmoid() + x) * 0.5
     xn = x.to("neuron")
