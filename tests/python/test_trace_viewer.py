@@ -30,6 +30,9 @@ from neuron_eager.trace.format import EVENT_DTYPE
 
 DISPATCH, EXECUTE, SYNC, CUT, HIT, MISS, MEM, QUEUE, FALLBACK, CSTART, CEND, SEGEXEC = \
     range(1, 13)
+VERDICT, STATE = 16, 17  # GuardVerdict, SegmentState
+KEPT, DEMOTED, UNDECIDED = 1, 2, 3
+COLD, HOT, ON_TRIAL, READY1, READY2, DEMOTED_STATE, BLACKLISTED = range(7)
 
 
 def chunk(ctype, raw, *, crc=None, stored=None, raw_len=None):
@@ -48,8 +51,18 @@ def js(obj):
 
 
 def event(kind, t, dur=0, seq=0, value=0, aux=0, op=0, thread=1, core=0, stream=0,
-          flags=0):
-    return (t, dur, seq, value, aux, op, thread, kind, core, stream, flags, 0)
+          flags=0, reserved=0):
+    return (t, dur, seq, value, aux, op, thread, kind, core, stream, flags, reserved)
+
+
+def verdict(t, key, fused_ns, per_op_ns, samples, trial, flag):
+    """A GuardVerdict as trace/event.h lays it out."""
+    return event(VERDICT, t, seq=per_op_ns, value=key, aux=fused_ns, op=samples,
+                 reserved=trial, flags=flag)
+
+
+def state(t, key, frm, to, occurrences):
+    return event(STATE, t, value=key, aux=occurrences, flags=(frm << 8) | to)
 
 
 def events_bytes(evs):
@@ -385,6 +398,171 @@ def test_eager_trace_has_no_fused_time(tmp_path):
     assert {g.key: g.state for g in s.segments}[KEY] == "repeated"
 
 
+def occurrences(plan, key=KEY, t=1000, seq=0):
+    """Occurrences of a 3-op segment of `key`: ("p", ns) runs per op (three executions
+    of ns / 3), ("f", ns) runs fused (one SegmentExecute of ns). Returns (events, t, seq)."""
+    evs = []
+    for mode, ns in plan:
+        first = seq + 1
+        for i, op in enumerate((1, 2, 3)):
+            seq += 1
+            evs.append(event(DISPATCH, t + i * 100, 100, seq, op=op))
+            if mode == "p":
+                evs.append(event(EXECUTE, t + 1000 + i * ns // 3, ns // 3, seq, op=op,
+                                 thread=2))
+        if mode == "f":
+            evs.append(event(SEGEXEC, t + 1000, ns, first, value=key, aux=3, thread=2))
+        evs.append(event(CUT, t + 500, seq=first, value=key, aux=3, flags=3))
+        t += ns + 5000
+    return evs, t, seq
+
+
+def test_speedup_compares_steady_occurrences(tmp_path):
+    """The first occurrences of a key run per op while cold (first kernel runs, fresh
+    memory); the speedup compares occurrences after the first hot_threshold + 2 only, so
+    the cold ones no longer inflate it. Without steady occurrences on one side it falls
+    back to all of them, and says so; a guard verdict beats both."""
+    plan = [("p", 120000)] * 3 + [("f", 20000)] * 2 + [("p", 30000), ("f", 20000)] * 4
+    evs, t, _ = occurrences(plan)
+    meta = {"mode": "adaptive", "policy": {"name": "default", "hot_threshold": 3}}
+    s = summarize(nt.parse(trace_bytes(evs, meta=meta)))
+    g = {x.key: x for x in s.segments}[KEY]
+    assert (g.count, g.measured, g.fused_count) == (13, 7, 6)
+    assert g.per_op_device_avg_ns == pytest.approx((3 * 120000 + 4 * 30000) / 7)  # all
+    assert g.fused_avg_ns == 20000
+    assert s.guard.steady_warmup == 5 and not s.guard.present
+    assert (g.speedup, g.speedup_basis, g.verdict) == (pytest.approx(1.5), "steady", "")
+    p = tmp_path / "steady.ntrace"
+    p.write_bytes(trace_bytes(evs, meta=meta))
+    r = run_cli("summary", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "1.50x s" in r.stdout and "3.43x" not in r.stdout
+    assert "speedup: per-op time / fused time per occurrence" in r.stdout
+    assert "s = steady occurrences only: each key's first 5 skipped as cold" in r.stdout
+    assert "Guard:" not in r.stdout
+    # a policy whose hot_threshold leaves no steady per-op occurrence: all of them, marked
+    meta10 = {"mode": "adaptive", "policy": {"name": "x", "hot_threshold": 10}}
+    g = {x.key: x for x in summarize(nt.parse(trace_bytes(evs, meta=meta10))).segments}[KEY]
+    assert g.speedup_basis == "all"
+    assert g.speedup == pytest.approx((3 * 120000 + 4 * 30000) / 7 / 20000)
+    # the guard's own paired figures win over both
+    evs.append(verdict(t, KEY, 24000, 30000, 10, 1, KEPT))
+    g = {x.key: x for x in summarize(nt.parse(trace_bytes(evs, meta=meta))).segments}[KEY]
+    assert (g.speedup, g.speedup_basis, g.verdict) == (pytest.approx(1.25), "guard", "kept")
+
+
+def guard_events():
+    """KEY: demoted on its first trial, kept on its re-trial, now ready_tier1; KEY2:
+    undecided after 64 samples, demoted; KEY3: blacklisted (no verdict in the trace)."""
+    evs, t, _ = occurrences([("p", 30000)] * 3 + [("f", 20000)] * 3)
+    key3 = 0x00000000CAFE0003
+    evs += [state(t, KEY, COLD, HOT, 3), state(t + 10, KEY, HOT, ON_TRIAL, 3),
+            verdict(t + 20, KEY, 12000, 10000, 8, 1, DEMOTED),
+            state(t + 30, KEY, ON_TRIAL, DEMOTED_STATE, 19),
+            state(t + 40, KEY, DEMOTED_STATE, ON_TRIAL, 50),
+            verdict(t + 50, KEY, 8000, 10000, 12, 2, KEPT),
+            state(t + 60, KEY, ON_TRIAL, READY1, 74),
+            state(t + 70, KEY2, HOT, ON_TRIAL, 3),
+            verdict(t + 80, KEY2, 9900, 10000, 64, 1, UNDECIDED),
+            state(t + 90, KEY2, ON_TRIAL, DEMOTED_STATE, 131),
+            state(t + 100, key3, DEMOTED_STATE, BLACKLISTED, 400)]
+    return evs, key3
+
+
+def test_guard_verdicts_and_states(tmp_path):
+    evs, key3 = guard_events()
+    p = tmp_path / "guard.ntrace"
+    p.write_bytes(trace_bytes(evs))
+    tr = nt.load(p)
+    s = summarize(tr)
+    g = s.guard
+    assert (g.verdicts, g.kept, g.demotions, g.undecided, g.retrials, g.blacklisted,
+            g.transitions) == (3, 1, 2, 1, 1, 1, 8)
+    assert g.states == {"ready_tier1": 1, "demoted": 1, "blacklisted": 1}
+    assert [k.key for k in g.keys] == [KEY, KEY2, key3]
+    k1, k2, k3 = g.keys
+    assert (k1.verdict, k1.fused_period_ns, k1.per_op_period_ns, k1.samples) == \
+        ("kept", 8000, 10000, 12)
+    assert k1.ratio == pytest.approx(0.8) and k1.speedup == pytest.approx(1.25)
+    assert (k1.trials, k1.retrials, k1.verdicts, k1.demotions) == (2, 1, 2, 1)
+    assert (k1.state, k1.state_occurrence, k1.transitions) == ("ready_tier1", 74, 5)
+    assert k1.history == ["demoted", "kept"] and k1.key_hex == f"{KEY:016x}"
+    assert (k2.verdict, k2.samples, k2.retrials, k2.demotions, k2.state) == \
+        ("undecided", 64, 0, 1, "demoted")
+    assert k2.ratio == pytest.approx(0.99)
+    assert (k3.verdict, k3.state, k3.ratio, k3.verdicts) == ("", "blacklisted", None, 0)
+    seg = {x.key: x for x in s.segments}[KEY]
+    assert (seg.speedup, seg.speedup_basis, seg.verdict) == (pytest.approx(1.25), "guard",
+                                                           "kept")
+    json.dumps(s.to_dict())
+    # readable columns: a verdict's op field holds samples, not an op id
+    recs = [r for r in tr.to_records() if r["kind"] in ("GuardVerdict", "SegmentState")]
+    assert [r["detail"] for r in recs if r["kind"] == "GuardVerdict"] == \
+        ["demoted", "kept", "undecided"]
+    assert all(r["op"] == "" for r in recs)
+    assert recs[1]["detail"] == "hot -> on_trial" and recs[-1]["detail"] == \
+        "demoted -> blacklisted"
+    # neuron-trace summary
+    r = run_cli("summary", str(p))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert ("Guard: 3 verdicts on 2 keys: 1 kept, 2 demotions (1 undecided), 1 re-trials; "
+            "8 state transitions") in out
+    row = next(line for line in out.splitlines()
+               if line.startswith(f"{KEY:016x}") and "ready_tier1" in line)
+    for cell in ("kept", "0.800", "1.25x", "8.00 us", "10.00 us", "12", "demoted kept"):
+        assert cell in row, (cell, row)
+    assert "1.25x g" in out and "g = the guard's paired medians" in out
+    row2 = next(line for line in out.splitlines() if line.startswith(f"{KEY2:016x}")
+                and "undecided" in line)
+    assert "0.990" in row2 and " 64 " in row2
+    assert f"{key3:016x}  blacklisted" in out
+    data = json.loads(run_cli("summary", str(p), "--json").stdout)
+    assert data["guard"]["demotions"] == 2 and data["guard"]["keys"][0]["verdict"] == "kept"
+    # Perfetto: instants for verdicts and transitions
+    by, _ = check_chrome_trace(perfetto.chrome_trace(tr))
+    inst = Counter(e["name"] for e in by["i"])
+    assert inst["guard: kept"] == inst["guard: demoted"] == inst["guard: undecided"] == 1
+    assert sum(n for name, n in inst.items() if name.startswith("state: ")) == 8
+    # the HTML report's data
+    from neuron_eager.trace import html as nh
+    d = nh.report_data(tr)
+    assert d["summary"]["guard"]["keys"][0]["key_hex"] == f"{KEY:016x}"
+    assert "steady occurrences only" in d["speedup_legend"]
+
+
+def test_policy_label(monkeypatch):
+    """The recorded policy (a JSON object of every knob) reads as its name and the knobs
+    that differ from the built-in of that name; never as '[object Object]'."""
+    from neuron_eager.trace import html as nh
+    from neuron_eager.trace import text as tx
+    default = json.loads(neuron_eager._C._replay_policy("default", []))
+    aggressive = json.loads(neuron_eager._C._replay_policy("aggressive", []))
+    assert tx.policy_label("default") == "default" and tx.policy_label(None) == "?"
+    assert tx.policy_label(default) == "default"
+    assert tx.policy_label(dict(default, hot_threshold=5)) == "default (hot_threshold=5)"
+    assert tx.policy_label(aggressive) == "aggressive"
+    assert tx.policy_label(dict(default, name="mine", hot_threshold=5, lift_scalars=False)) \
+        == "mine (hot_threshold=5, lift_scalars=false)"
+    evs, _ = workload(3)
+    meta = {"mode": "adaptive", "policy": dict(default, hot_threshold=5), "cores": 1}
+    tr = nt.parse(trace_bytes(evs, meta=meta))
+    assert "policy=default (hot_threshold=5) " in tx.format_summary(summarize(tr))
+    page = nh.render(tr)
+    assert '"policy_label":"default (hot_threshold=5)"' in page
+    assert "[object Object]" not in page
+    assert nh.report_data(tr)["summary"]["guard"]["verdicts"] == 0
+    # without the engine's bindings: every knob, still readable
+    tx._builtin_knobs.cache_clear()
+    monkeypatch.setattr(neuron_eager, "_C", object())
+    try:
+        label = tx.policy_label(dict(default, hot_threshold=5))
+    finally:
+        tx._builtin_knobs.cache_clear()
+    assert label.startswith("default (") and "hot_threshold=5" in label
+    assert "max_segment_length=" in label
+
+
 def test_diff(tmp_path):
     a_evs, _ = workload(10, adaptive=False)
     b_evs, _ = workload(15, adaptive=True)
@@ -598,6 +776,35 @@ def test_html_report_of_an_empty_trace(tmp_path):
     tl = dom.by_id["timeline"]
     assert (tl["data-slices"], tl["data-total-slices"], tl["data-tracks"]) == ("0", "0", "0")
     assert dom.by_id["ops-table"]["data-rows"] == "0"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                    "(tools/setup.sh installs it: apt-get install chromium)")
+def test_html_report_shows_guard_and_policy(tmp_path):
+    evs, key3 = guard_events()
+    default = json.loads(neuron_eager._C._replay_policy("default", []))
+    meta = {"mode": "adaptive", "policy": dict(default, hot_threshold=5), "cores": 1}
+    path = tmp_path / "g.ntrace"
+    path.write_bytes(trace_bytes(evs, meta=meta))
+    out = tmp_path / "g.html"
+    r = run_cli("html", str(path), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    dom = browser_dom(out)
+    assert dom.text["errors"] == ""
+    assert "[object Object]" not in dom.text["meta"]
+    assert "policy=default (hot_threshold=5)" in dom.text["meta"]
+    rows = {rid: cells for rid, cells in dom.rows["guard-row"]}
+    assert dom.by_id["guard-table"]["data-rows"] == "3"
+    k1 = rows[f"guard-row-{KEY:016x}"]
+    assert k1[:5] == [f"{KEY:016x}", "ready_tier1", "kept", "0.800", "1.25x"]
+    assert k1[5:] == ["8.00 us", "10.00 us", "12", "1", "1", "demoted kept"]
+    k2 = rows[f"guard-row-{KEY2:016x}"]
+    assert k2[1:4] == ["demoted", "undecided", "0.990"] and k2[7] == "64"
+    assert rows[f"guard-row-{key3:016x}"][1:3] == ["blacklisted", "-"]
+    assert "2 demotions (1 undecided), 1 re-trials" in dom.text["guard-summary"]
+    seg = {rid: cells for rid, cells in dom.rows["segment-row"]}[f"segment-row-{KEY:016x}"]
+    assert "1.25x g" in seg and "kept" in seg
+    assert "g = the guard's paired medians" in dom.text["segments-legend"]
 
 
 # ---- the command line -----------------------------------------------------------------------

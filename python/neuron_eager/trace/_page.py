@@ -23,6 +23,7 @@ tr.sel td{background:#fff3c4} tr.op-row{cursor:pointer}
 details pre{margin:2px 0;text-align:left;font-size:11px}
 #legend span{display:inline-block;padding:0 6px;margin:4px 4px 0 0;border-radius:2px}
 #track-list{columns:3;margin:4px 0;padding-left:18px;color:#555}
+#segments-legend,#guard-summary{color:#555;margin:4px 0}
 </style></head><body>
 <h1>__TITLE__</h1>
 <div id="meta"></div><div id="errors"></div>
@@ -35,7 +36,8 @@ details pre{margin:2px 0;text-align:left;font-size:11px}
 <div id="legend"></div><div id="note"></div>
 <ul id="track-list"></ul>
 <h2>Top ops</h2><table id="ops-table"></table>
-<h2>Segments</h2><table id="segments-table"></table>
+<h2>Segments</h2><table id="segments-table"></table><div id="segments-legend"></div>
+<h2>Guard verdicts</h2><div id="guard-summary"></div><table id="guard-table"></table>
 <h2>Syncs by cause</h2><table id="syncs-table"></table>
 <h2>Fallbacks</h2><table id="fallbacks-table"></table>
 <script id="trace-data" type="application/json">__DATA__</script>
@@ -68,7 +70,11 @@ function pct(x) { return (100 * x).toFixed(1) + "%"; }
 (function () {
   var m = D.meta, parts = [];
   ["mode", "policy", "engine_version", "torch_version", "cores", "started_at"].forEach(
-    function (k) { if (m[k] !== undefined) parts.push(k + "=" + m[k]); });
+    function (k) {
+      var v = k === "policy" && D.policy_label ? D.policy_label : m[k];
+      if (v !== undefined && v !== null)
+        parts.push(k + "=" + (typeof v === "object" ? JSON.stringify(v) : v));
+    });
   $("meta").textContent = parts.join("  ");
   var t = D.summary.totals, d = D.summary.device;
   var rows = [["ops dispatched", t.ops], ["ops executed", t.executed], ["events", t.events],
@@ -78,6 +84,11 @@ function pct(x) { return (100 * x).toFixed(1) + "%"; }
     fmtNs(t.sync_wait_ns) + " waiting)"], ["fallbacks", t.fallbacks],
     ["segment keys", t.segment_keys], ["bytes per op", t.bytes_per_op === null ? "-" :
     t.bytes_per_op.toFixed(1)], ["complete", t.complete ? "yes" : "NO (not closed)"]];
+  var G = D.summary.guard;
+  if (G.verdicts || G.transitions)
+    rows.push(["guard verdicts", G.verdicts + " (" + G.kept + " kept)"],
+      ["guard demotions", G.demotions + " (" + G.undecided + " undecided)"],
+      ["guard re-trials", G.retrials]);
   rows.forEach(function (r) {
     $("totals").appendChild(el("dt", r[0])); $("totals").appendChild(el("dd", r[1]));
   });
@@ -149,10 +160,39 @@ makeTable("segments-table", [
   ["fused", function (g) { return g.fused_count; }],
   ["fused avg", function (g) { return g.fused_count ? fmtNs(g.fused_avg_ns) : "-"; }, 0,
    function (g) { return g.fused_avg_ns; }],
-  ["speedup", function (g) { return g.speedup ? g.speedup.toFixed(2) + "x" : "-"; }, 0,
+  ["speedup", function (g) {
+    return g.speedup ? g.speedup.toFixed(2) + "x " + g.speedup_basis.charAt(0) : "-"; }, 0,
    function (g) { return g.speedup || 0; }],
+  ["guard", function (g) { return g.verdict || "-"; }, 1],
   ["first ops", function (g) { return g.first_ops.join(" "); }, 1]],
   S.segments, "segment-row", function (g) { return "segment-row-" + g.key_hex; });
+$("segments-legend").textContent = D.speedup_legend || "";
+(function () {
+  var G = S.guard, states = Object.keys(G.states).sort().map(function (k) {
+    return G.states[k] + " " + k; }).join(", ");
+  $("guard-summary").textContent = (G.verdicts || G.transitions) ?
+    G.verdicts + " verdicts: " + G.kept + " kept, " + G.demotions + " demotions (" +
+    G.undecided + " undecided), " + G.retrials + " re-trials; " + G.transitions +
+    " state transitions" + (states ? "; current states: " + states : "") :
+    "No guard events in this trace (guard off, eager mode, or an older engine).";
+})();
+makeTable("guard-table", [
+  ["key", function (k) { return k.key_hex; }, 1],
+  ["state", function (k) { return k.state || "-"; }, 1],
+  ["verdict", function (k) { return k.verdict || "-"; }, 1],
+  ["fused/per-op", function (k) { return k.ratio ? k.ratio.toFixed(3) : "-"; }, 0,
+   function (k) { return k.ratio || 0; }],
+  ["speedup", function (k) { return k.speedup ? k.speedup.toFixed(2) + "x" : "-"; }, 0,
+   function (k) { return k.speedup || 0; }],
+  ["fused period", function (k) { return k.verdicts ? fmtNs(k.fused_period_ns) : "-"; }, 0,
+   function (k) { return k.fused_period_ns; }],
+  ["per-op period", function (k) { return k.verdicts ? fmtNs(k.per_op_period_ns) : "-"; }, 0,
+   function (k) { return k.per_op_period_ns; }],
+  ["samples", function (k) { return k.samples; }],
+  ["re-trials", function (k) { return k.retrials; }],
+  ["demotions", function (k) { return k.demotions; }],
+  ["verdicts", function (k) { return k.history.join(" ") || "-"; }, 1]],
+  S.guard.keys, "guard-row", function (k) { return "guard-row-" + k.key_hex; });
 makeTable("syncs-table", [
   ["cause", function (y) { return y.cause; }, 1], ["count", function (y) { return y.count; }],
   ["total wait", function (y) { return fmtNs(y.total_wait_ns); }, 0,

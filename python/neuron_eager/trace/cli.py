@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("summary", help="print the summary tables of a trace",
-                       description="Top ops (calls, host and device time), segments, syncs by "
+                       description="Top ops (calls, host and device time), segments (with a "
+                       "like-with-like speedup per key), the online guard's verdicts, syncs by "
                        "cause, fallbacks, counters and totals of a trace.")
     _add_trace(p)
     p.add_argument("--top", type=int, default=20, help="rows per table (default 20)")

@@ -34,14 +34,17 @@ assert EVENT_DTYPE.itemsize == 56
 # Event kinds.
 OP_DISPATCH, OP_EXECUTE, SYNC, SEGMENT_CUT, KEY_HIT, KEY_MISS, MEMORY, QUEUE_DEPTH, \
     FALLBACK, COMPILE_START, COMPILE_END, SEGMENT_EXECUTE, OP_DATAFLOW, SEGMENT_LIVENESS, \
-    STREAM_FLUSH = range(1, 16)
+    STREAM_FLUSH, GUARD_VERDICT, SEGMENT_STATE = range(1, 18)
 KIND_NAMES = {
     OP_DISPATCH: "OpDispatch", OP_EXECUTE: "OpExecute", SYNC: "Sync",
     SEGMENT_CUT: "SegmentCut", KEY_HIT: "KeyHit", KEY_MISS: "KeyMiss", MEMORY: "Memory",
     QUEUE_DEPTH: "QueueDepth", FALLBACK: "Fallback", COMPILE_START: "CompileStart",
     COMPILE_END: "CompileEnd", SEGMENT_EXECUTE: "SegmentExecute",
     OP_DATAFLOW: "OpDataflow", SEGMENT_LIVENESS: "SegmentLiveness", STREAM_FLUSH: "StreamFlush",
+    GUARD_VERDICT: "GuardVerdict", SEGMENT_STATE: "SegmentState",
 }
+# Kinds whose `op` field is not an op id (GuardVerdict: the number of samples).
+NOT_OP_KINDS = (GUARD_VERDICT,)
 
 # OpDataflow: six 21-bit slot links per event, three in value and three in aux (see
 # trace/dataflow.h); flags = the event's index among the op's, or DATAFLOW_FLOPS when value
@@ -56,6 +59,21 @@ def dataflow_links(event) -> List[int]:
     return [(int(event[f]) >> (21 * i)) & 0x1FFFFF for f in ("value", "aux") for i in range(3)]
 # SegmentCut flags.
 CUT_REASONS = {1: "sync", 2: "barrier", 3: "content", 4: "max length", 5: "flush"}
+# GuardVerdict flags: the online guard's verdict for a key.
+GUARD_VERDICTS = {1: "kept", 2: "demoted", 3: "undecided"}
+VERDICT_KEPT, VERDICT_DEMOTED, VERDICT_UNDECIDED = 1, 2, 3
+# SegmentState flags: (from << 8) | to, each one of these states.
+SEGMENT_STATES = {0: "cold", 1: "hot", 2: "on_trial", 3: "ready_tier1", 4: "ready_tier2",
+                  5: "demoted", 6: "blacklisted"}
+
+
+def state_name(state: int) -> str:
+    return SEGMENT_STATES.get(int(state), f"state {int(state)}")
+
+
+def transition_name(flags: int) -> str:
+    """'hot -> on_trial' for a SegmentState event's flags."""
+    return f"{state_name(int(flags) >> 8)} -> {state_name(int(flags) & 0xFF)}"
 
 
 class TraceFormatError(ValueError):
@@ -123,7 +141,8 @@ class Trace:
 
     def columns(self) -> Dict[str, np.ndarray]:
         """The events as readable columns: kind/op/thread names and the resolved detail
-        (sync cause, fallback reason, cut reason) next to the raw fields."""
+        (sync cause, fallback reason, cut reason, guard verdict, state transition) next to
+        the raw fields."""
         ev = self.events
         kinds = self._lookup(KIND_NAMES, ev["kind"], "kind{}", zero="kind0")
         detail = np.full(len(ev), "", dtype=object)
@@ -134,9 +153,24 @@ class Trace:
         cut = k == SEGMENT_CUT
         if cut.any():
             detail[cut] = self._lookup(CUT_REASONS, ev["flags"][cut], "reason {}", zero="")
+        verdict = k == GUARD_VERDICT
+        if verdict.any():
+            detail[verdict] = self._lookup(GUARD_VERDICTS, ev["flags"][verdict], "verdict {}",
+                                           zero="verdict 0")
+        state = k == SEGMENT_STATE
+        if state.any():
+            flags = ev["flags"][state]
+            uniq, inverse = np.unique(flags, return_inverse=True)
+            names = np.array([transition_name(f) for f in uniq.tolist()], dtype=object)
+            detail[state] = names[inverse.reshape(-1)]
+        ops = self._lookup(self.ops, ev["op"], "op#{}")
+        not_op = np.isin(k, NOT_OP_KINDS)
+        if not_op.any():
+            ops = ops.copy()
+            ops[not_op] = ""
         return {
             "time_ns": ev["time_ns"], "duration_ns": ev["duration_ns"], "kind": kinds,
-            "op": self._lookup(self.ops, ev["op"], "op#{}"),
+            "op": ops,
             "thread": self._lookup(self.threads, ev["thread"], "thread {}", zero="thread 0"),
             "core": ev["core"], "stream": ev["stream"], "seq": ev["seq"],
             "value": ev["value"], "aux": ev["aux"], "flags": ev["flags"], "detail": detail,

@@ -14,7 +14,9 @@ import numpy as np
 
 from ._page import PAGE
 from .format import KIND_NAMES, MEMORY, QUEUE_DEPTH, Trace
+from .guard import basis_legend
 from .summary import Summary, summarize
+from .text import policy_label
 from .tracks import build_tracks
 
 DEFAULT_MAX_SLICES = 200_000
@@ -81,8 +83,11 @@ def report_data(trace: Trace, summary: Optional[Summary] = None,
     sd = summary.to_dict()
     for key in ("ops", "segments", "fallbacks"):
         sd[key] = sd[key][:MAX_TABLE_ROWS]
+    sd["guard"]["keys"] = sd["guard"]["keys"][:MAX_TABLE_ROWS]
     return _clean({
-        "meta": trace.metadata, "t0": t0, "t1": t1, "labels": list(labels),
+        "meta": trace.metadata, "policy_label": policy_label(trace.metadata.get("policy")),
+        "speedup_legend": basis_legend(summary.guard.steady_warmup),
+        "t0": t0, "t1": t1, "labels": list(labels),
         "kinds": KIND_NAMES, "tracks": out_tracks, "counters": counters,
         "total_slices": total, "shown_slices": shown, "summary": sd,
     })

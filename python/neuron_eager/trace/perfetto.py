@@ -3,8 +3,9 @@
 One process (pid from the metadata) with named tracks: each host thread, each stream worker
 and a "compiler" track. Complete ("X") slices for dispatches, executions, syncs, fused
 segments and compilations; flow arrows from each op's dispatch to its execution; counter
-("C") events for memory and queue depth; instant ("i") events for key misses and
-fallbacks with args.reason. Times are microseconds (floats) as the format requires.
+("C") events for memory and queue depth; instant ("i") events, each with args.reason, for
+key misses, fallbacks, the online guard's verdicts and segment state transitions. Times
+are microseconds (floats) as the format requires.
 
 The JSON text is generated event by event from numpy columns (no per-event dicts), so
 millions of ops export in seconds; the file is ~200 bytes per event.
@@ -17,8 +18,9 @@ from typing import Any, Dict, Iterator, List
 
 import numpy as np
 
-from .format import (COMPILE_END, FALLBACK, KEY_MISS, MEMORY, OP_DISPATCH, OP_EXECUTE,
-                     QUEUE_DEPTH, SEGMENT_EXECUTE, SYNC, Trace)
+from .format import (COMPILE_END, FALLBACK, GUARD_VERDICT, GUARD_VERDICTS, KEY_MISS, MEMORY,
+                     OP_DISPATCH, OP_EXECUTE, QUEUE_DEPTH, SEGMENT_EXECUTE, SEGMENT_STATE,
+                     SYNC, Trace, transition_name)
 from .tracks import Track, build_tracks
 
 CATEGORIES = {OP_DISPATCH: "dispatch", OP_EXECUTE: "execute", SYNC: "sync",
@@ -123,6 +125,21 @@ def _others(trace: Trace, text: _Text, pid: int, named: set) -> Iterator[str]:
         yield (f'{{"ph":"i","s":"t","pid":{pid},"tid":{e[6]},"ts":{e[0] / 1000.0!r},'
                f'"name":{text("fallback: " + trace.op_name(e[5]))},"cat":"fallback",'
                f'"args":{{"op":{op},"reason":{text.string(e[3])}}}}}')
+    for e in ev[kind == GUARD_VERDICT].tolist():
+        tids.add(e[6])
+        verdict = GUARD_VERDICTS.get(e[10], f"verdict {e[10]}")
+        ratio = f"{e[4] / e[2]:.3f}" if e[2] else "?"
+        yield (f'{{"ph":"i","s":"t","pid":{pid},"tid":{e[6]},"ts":{e[0] / 1000.0!r},'
+               f'"name":"guard: {verdict}","cat":"guard","args":{{"key":"{e[3]:016x}",'
+               f'"reason":"fused/per-op period {ratio} over {e[5]} samples, trial {e[11]}",'
+               f'"verdict":"{verdict}","fused_period_ns":{e[4]},"per_op_period_ns":{e[2]},'
+               f'"samples":{e[5]},"trial":{e[11]}}}}}')
+    for e in ev[kind == SEGMENT_STATE].tolist():
+        tids.add(e[6])
+        yield (f'{{"ph":"i","s":"t","pid":{pid},"tid":{e[6]},"ts":{e[0] / 1000.0!r},'
+               f'"name":"state: {transition_name(e[10])}","cat":"segment",'
+               f'"args":{{"key":"{e[3]:016x}","occurrences":{e[4]},'
+               f'"reason":"state transition after {e[4]} occurrences"}}}}')
     for tid in sorted(tids - named):  # threads with instants but no slices
         yield (f'{{"ph":"M","pid":{pid},"tid":{tid},"name":"thread_name",'
                f'"args":{{"name":{text(trace.thread_name(tid))}}}}}')

@@ -1,6 +1,7 @@
 """Summaries of a trace as data: top ops, segments, syncs by cause, device time per-op vs
-fused, memory and queue peaks, totals. Everything is grouped with numpy (bincount/unique),
-so summarising millions of events takes no per-event Python loop.
+fused, memory and queue peaks (counters.py), the online guard's verdicts (guard.py),
+totals. Everything is grouped with numpy (bincount/unique), so summarising millions of
+events takes no per-event Python loop.
 
     s = summarize(load("run.ntrace"))
     s.ops[0].name, s.ops[0].device_total_ns      # the op with the most device time
@@ -16,8 +17,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .format import (COMPILE_END, COMPILE_START, CUT_REASONS, FALLBACK, KEY_HIT, KEY_MISS,
-                     MEMORY, OP_DISPATCH, OP_EXECUTE, QUEUE_DEPTH, SEGMENT_CUT,
-                     SEGMENT_EXECUTE, SYNC, Trace)
+                     OP_DISPATCH, OP_EXECUTE, SEGMENT_CUT, SEGMENT_EXECUTE, SYNC, Trace)
+from .counters import MemoryStat, QueueStat, counters
+from .guard import (GuardSummary, choose_speedup, occurrence_rank, steady_averages,
+                    summarize_guard, warmup_occurrences)
 
 
 @dataclass
@@ -54,8 +57,10 @@ class SegmentStat:
     compiles: int
     compile_ns: int
     tier: int
-    speedup: Optional[float]  # per-op avg / fused avg per occurrence, when both known
+    speedup: Optional[float]  # per-op / fused time per occurrence, like with like (basis)
     first_ops: List[str]      # op names of the first occurrence (up to 8)
+    speedup_basis: str = ""   # guard, steady or all: see guard.py
+    verdict: str = ""         # the guard's latest verdict for the key ("" if none)
 
 
 @dataclass
@@ -82,24 +87,6 @@ class DeviceTime:
     compile_ns: int           # CompileEnd
     total_ns: int             # per-op + fused
     fused_share: float
-
-
-@dataclass
-class MemoryStat:
-    core: int
-    samples: int
-    peak_allocated: int
-    peak_reserved: int
-    last_allocated: int
-
-
-@dataclass
-class QueueStat:
-    core: int
-    stream: int
-    samples: int
-    max_depth: int
-    avg_depth: float
 
 
 @dataclass
@@ -135,6 +122,7 @@ class Summary:
     device: DeviceTime
     memory: List[MemoryStat] = field(default_factory=list)
     queues: List[QueueStat] = field(default_factory=list)
+    guard: GuardSummary = field(default_factory=GuardSummary)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -189,8 +177,8 @@ def _top_ops(trace: Trace, disp, exe, fb, device_total: int) -> List[OpStat]:
                    _avg(dev[i], device_total), int(fbs[i])) for i in order]
 
 
-def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
-              ) -> List[SegmentStat]:
+def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray,
+              guard: GuardSummary) -> List[SegmentStat]:
     kind = ev["kind"]
     cuts = ev[kind == SEGMENT_CUT]
     fused = ev[kind == SEGMENT_EXECUTE]
@@ -267,12 +255,17 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
     fused_by = {int(k): [int(n), float(ns), int(g)] for k, n, ns, g in
                 zip(keys.tolist(), f_occ_n.tolist(), f_occ_ns.tolist(), f_occ_groups.tolist())}
     fused_first = by_key(fused)
-    for key, (n, ns, _) in by_key(fused[~f_match], fused["duration_ns"][~f_match]).items():
+    unmatched = by_key(fused[~f_match], fused["duration_ns"][~f_match])
+    for key, (n, ns, _) in unmatched.items():
         entry = fused_by.setdefault(key, [0, 0.0, 0])
         entry[0] += n
         entry[1] += ns
         entry[2] += n
     fused_by = {k: v for k, v in fused_by.items() if v[0]}
+    steady = steady_averages(keys, inverse, occurrence_rank(cuts["value"], cuts["seq"]),
+                             guard.steady_warmup, occ_dev, measured, is_fused, occ_fused_ns,
+                             {k: (n, ns) for k, (n, ns, _) in unmatched.items()})
+    guard_by = guard.by_key()
     comp_by = by_key(comp_end, comp_end["duration_ns"])
     started = by_key(comp_start)
     all_keys = set(stats) | set(fused_by) | set(comp_by) | set(started)
@@ -299,6 +292,7 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
             state = "repeated" if count > 1 or key in hits else "cold"
         per_op_avg = _avg(st.get("per_op", 0), st.get("measured", 0))
         fused_avg = _avg(f_sum, f_n)
+        speedup, basis = choose_speedup(key, guard_by, steady, per_op_avg, fused_avg)
         first_ops: List[str] = []
         if "first_seq" in st and len(dseq):
             a = np.searchsorted(dseq, st["first_seq"], side="left")
@@ -312,8 +306,8 @@ def _segments(trace: Trace, ev: np.ndarray, exe: np.ndarray, disp: np.ndarray
             state=state, fused_count=f_n, fused_groups=f_groups, fused_total_ns=int(f_sum),
             fused_avg_ns=fused_avg,
             compiles=c_n, compile_ns=int(c_sum), tier=tier,
-            speedup=(per_op_avg / fused_avg) if per_op_avg and fused_avg else None,
-            first_ops=first_ops))
+            speedup=speedup, first_ops=first_ops, speedup_basis=basis,
+            verdict=guard_by[key].verdict if key in guard_by else ""))
     out.sort(key=lambda s: (-(s.per_op_device_total_ns + s.fused_total_ns), -s.count,
                             s.key))
     return out
@@ -343,24 +337,6 @@ def _fallbacks(trace: Trace, fb: np.ndarray) -> List[FallbackStat]:
     return out
 
 
-def _counters(ev: np.ndarray) -> Tuple[List[MemoryStat], List[QueueStat]]:
-    mem = ev[ev["kind"] == MEMORY]
-    memory = []
-    for core in np.unique(mem["core"]).tolist():
-        m = mem[mem["core"] == core]
-        memory.append(MemoryStat(core, len(m), int(m["value"].max()), int(m["aux"].max()),
-                                 int(m["value"][-1])))
-    q = ev[ev["kind"] == QUEUE_DEPTH]
-    queues = []
-    if len(q):
-        lanes = (q["core"].astype(np.uint64) << np.uint64(16)) | q["stream"].astype(np.uint64)
-        for lane in np.unique(lanes).tolist():
-            d = q["value"][lanes == lane]
-            queues.append(QueueStat(lane >> 16, lane & 0xFFFF, len(d), int(d.max()),
-                                    float(d.mean())))
-    return memory, queues
-
-
 def summarize(trace: Trace) -> Summary:
     """The summaries of a loaded trace (see the dataclasses of this module)."""
     ev = trace.events
@@ -381,8 +357,10 @@ def summarize(trace: Trace) -> Summary:
     compile_ns = int(ev["duration_ns"][kind == COMPILE_END].sum(dtype=np.uint64))
     device = DeviceTime(per_op, fused_ns, compile_ns, per_op + fused_ns,
                         _avg(fused_ns, per_op + fused_ns))
-    segments = _segments(trace, ev, exe, disp)
-    memory, queues = _counters(ev)
+    guard = summarize_guard(ev)
+    guard.steady_warmup = warmup_occurrences(trace.metadata)
+    segments = _segments(trace, ev, exe, disp, guard)
+    memory, queues = counters(ev)
     n_ops = len(disp)
     size = trace.file_size
     totals = Totals(
@@ -397,4 +375,5 @@ def summarize(trace: Trace) -> Summary:
         bytes_per_op=(size / n_ops) if size is not None and n_ops else None,
         events_per_op=(len(ev) / n_ops) if n_ops else None)
     return Summary(dict(trace.metadata), totals, _top_ops(trace, disp, exe, fb, device.total_ns),
-                   segments, _syncs(trace, syncs), _fallbacks(trace, fb), device, memory, queues)
+                   segments, _syncs(trace, syncs), _fallbacks(trace, fb), device, memory, queues,
+                   guard)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+import functools
+import json
+from typing import Any, Dict, List, Optional, Sequence
 
+from .guard import SPEEDUP_HEAD, basis_items
 from .summary import Summary
 
 
@@ -51,6 +54,46 @@ def table(headers: Sequence[str], rows: List[Sequence], title: str = "",
     return "\n".join(out)
 
 
+@functools.lru_cache(maxsize=16)
+def _builtin_knobs(name: str) -> Optional[Dict[str, Any]]:
+    """Every knob of a built-in policy (default when `name` is none), from the engine; None
+    without its bindings."""
+    try:
+        from neuron_eager import _C
+        base = name if name in ("default", "aggressive", "conservative", "never") else "default"
+        return json.loads(_C._replay_policy(base, []))
+    except Exception:  # no bindings (a viewer-only install) or an older engine
+        return None
+
+
+def _knob(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "[]"
+    return str(value)
+
+
+def policy_label(policy: Any) -> str:
+    """The recorded policy in one readable line: its name and the knobs that differ from
+    the built-in policy of that name (from default for other names), e.g. 'default
+    (hot_threshold=5, guard=false)'; every knob when the engine's defaults are unknown."""
+    if policy is None:
+        return "?"
+    if not isinstance(policy, dict):
+        return str(policy)
+    name = str(policy.get("name", "custom"))
+    ref = _builtin_knobs(name)
+    knobs = [f"{k}={_knob(v)}" for k, v in policy.items()
+             if k != "name" and (ref is None or k not in ref or ref[k] != v)]
+    return f"{name} ({', '.join(knobs)})" if knobs else name
+
+
+def speedup_text(g) -> str:
+    """A segment's speedup with the first letter of its basis: 1.25x g, 0.90x s, 3.10x a."""
+    return f"{g.speedup:.2f}x {g.speedup_basis[:1]}".rstrip() if g.speedup else "-"
+
+
 def _more(n: int, shown: int) -> str:
     return f"... {n - shown} more" if n > shown else ""
 
@@ -58,9 +101,7 @@ def _more(n: int, shown: int) -> str:
 def format_summary(s: Summary, top: int = 20) -> str:
     t = s.totals
     meta = s.metadata
-    policy = meta.get("policy", "?")
-    if isinstance(policy, dict):
-        policy = policy.get("name", "custom")
+    policy = policy_label(meta.get("policy"))
     engine = meta.get("engine_version", meta.get("engine", "?"))
     torch_version = meta.get("torch_version", meta.get("torch", "?"))
     head = [
@@ -94,13 +135,17 @@ def format_summary(s: Summary, top: int = 20) -> str:
         [[g.key_hex, g.state, g.length, g.count, g.hits, fmt_ns(g.per_op_device_total_ns),
           fmt_ns(g.per_op_device_avg_ns), g.fused_count,
           fmt_ns(g.fused_avg_ns) if g.fused_count else "-",
-          f"{g.speedup:.2f}x" if g.speedup else "-",
+          speedup_text(g),
           fmt_ns(g.compile_ns) if g.compiles else "-",
           ",".join(f"{k}:{v}" for k, v in g.cut_reasons.items()) or "-",
           " ".join(g.first_ops[:4]) + (" ..." if g.length > 4 else "")]
          for g in s.segments[:top]],
         title=f"Segments ({len(s.segments)} keys)", left=2))
-    parts.append(_more(len(s.segments), top))
+    parts.append("\n".join(filter(None, [
+        _more(len(s.segments), top),
+        "\n  ".join([SPEEDUP_HEAD] + basis_items(s.guard.steady_warmup))])))
+    if s.guard.present:
+        parts.append(format_guard(s, top))
     parts.append(table(
         ["cause", "count", "total wait", "avg wait", "max wait", "first stack"],
         [[y.cause, y.count, fmt_ns(y.total_wait_ns), fmt_ns(y.avg_wait_ns),
@@ -119,6 +164,26 @@ def format_summary(s: Summary, top: int = 20) -> str:
         parts.append(table(["where", "counter", "peak", "", "samples"], rows,
                            title="Counters", left=2))
     return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def format_guard(s: Summary, top: int = 20) -> str:
+    """The online guard's verdicts per key, and its totals."""
+    g = s.guard
+    states = ", ".join(f"{n} {k}" for k, n in sorted(g.states.items()))
+    head = (f"Guard: {g.verdicts} verdicts on {sum(1 for k in g.keys if k.verdicts)} keys: "
+            f"{g.kept} kept, {g.demotions} demotions ({g.undecided} undecided), "
+            f"{g.retrials} re-trials; {g.transitions} state transitions"
+            + (f"; current states: {states}" if states else ""))
+    rows = [[k.key_hex, k.state or "-", k.verdict or "-",
+             f"{k.ratio:.3f}" if k.ratio else "-", f"{k.speedup:.2f}x" if k.speedup else "-",
+             fmt_ns(k.fused_period_ns) if k.verdicts else "-",
+             fmt_ns(k.per_op_period_ns) if k.verdicts else "-", k.samples, k.retrials,
+             k.demotions, " ".join(k.history) or "-"] for k in g.keys[:top]]
+    out = table(["key", "state", "verdict", "fused/per-op", "speedup", "fused period",
+                 "per-op period", "samples", "re-trials", "demotions", "verdicts"], rows,
+                title=head, left=3)
+    more = _more(len(g.keys), top)
+    return out + ("\n" + more if more else "")
 
 
 def format_diff(d, top: int = 30) -> str:
