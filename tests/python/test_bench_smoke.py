@@ -183,3 +183,65 @@ def test_paired_bench_rejects_a_bad_config():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "paired.py"), "mlp_train", "gpu"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown config 'gpu'" in proc.stderr, proc.stderr
+
+
+def test_robust_tiny(tmp_path):
+    """robust.py --tiny: its three cells ran in all four processes, every neuron result
+    equals CPU eager's bit for bit, and the figures and the summary are there."""
+    out = tmp_path / "robust.json"
+    text = run("robust.py", "--tiny", "--json", str(out))
+    res = json.loads(out.read_text())
+    cells = res["cells"]
+    assert [c.get("workload") for c in cells] == [None, None, "mlp"], [c["name"] for c in cells]
+    assert [c["reads"] for c in cells] == [1, 10, 1]
+    for c in cells:
+        assert "error" not in c, c["error"]
+        assert set(c["runs"]) == {"cpu", "eager", "cold", "warm"}
+        assert c["bit_equal"] is True and all(b["equal"] for b in c["bits"].values()), c["bits"]
+        for r in c["runs"].values():
+            assert r["steady_ms"] > 0 and r["first_ms"] > 0 and r["early_ms"] > 0
+            assert r["marks"][-1][0] == c["plan"]["iters"]
+        assert c["adaptive_vs_eager"] > 0 and c["adaptive_vs_cpu"] > 0
+    # The generated programs are the documented ones: every op kind, then a mixed one.
+    assert cells[0]["program"]["flavor"] == "all" and cells[0]["program"]["shapes"] == "every_k"
+    assert len(cells[0]["program"]["ops"]) >= 20
+    s = res["summary"]
+    assert s["cells"] == 3 and not s["failed"] and s["bit_mismatches"] == []
+    assert 0 < s["worst"]["adaptive_vs_eager"] <= s["median_adaptive_vs_eager"]
+    assert "every result equals CPU eager bit for bit" in text and "worst cell" in text
+
+
+def test_robust_rejects_bad_options():
+    script = os.path.join(ROOT, "bench", "python", "robust.py")
+    for args, message in ((["--sizes", "3K"], "out of range"),
+                          (["--sizes", "20K"], "not a multiple of 16K"),
+                          (["--workloads", "gpu"], "unknown gpu"),
+                          (["--reads", "1,x"], "--reads")):
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.count("error:") == 1, proc.stderr
+
+
+def test_queue_depth_tiny(tmp_path):
+    """queue_depth.py --tiny: every (mode, read interval) process ran, the ratios against
+    a read every iteration are there, and every process read the same bits as CPU eager."""
+    out = tmp_path / "qd.json"
+    text = run("queue_depth.py", "--tiny", "--json", str(out))
+    res = json.loads(out.read_text())
+    assert res["reads"] == [1, 10, 50] and res["failed"] == []
+    cpu = res["results"]["cpu"]["1"]
+    for mode in ("eager", "adaptive"):
+        for r in ("1", "10", "50"):
+            fig = res["results"][mode][r]
+            assert fig["ok"] and fig["ms_per_iter"] > 0, fig
+            assert fig["peak_rss"] >= fig["rss_before_loop"] > 0
+            assert fig["max_memory_allocated"] > 0 and fig["peak_reserved"] > 0
+            assert fig["last_read"] == cpu["last_read"], (mode, r)
+        assert set(res["ratios"][mode]) == {"10", "50"}
+        assert all(v["time"] > 0 and v["peak_rss"] > 0 for v in res["ratios"][mode].values())
+    assert "every 50 / every 1" in text
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "queue_depth.py"),
+                          "--reads", "1,7", "--iters", "100"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "multiple of every read interval" in bad.stderr, bad.stderr
