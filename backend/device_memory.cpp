@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "backend/stream.h"
+
 namespace neuron::backend {
 namespace {
 
@@ -14,6 +16,7 @@ struct BlockHeader {
   size_t requested;
   uint64_t magic;
   int64_t device;
+  const Stream* stream;
 };
 constexpr uint64_t kMagic = 0x6e6575726f6e4d45ull;
 
@@ -48,6 +51,15 @@ size_t DeviceMemory::round_size(size_t bytes) {
   return (bytes + kLarge - 1) / kLarge * kLarge;
 }
 
+const Stream* DeviceMemory::stream_of(const void* ptr) {
+  BlockHeader* h = header_of(ptr);
+  return h->magic == kMagic ? h->stream : nullptr;
+}
+
+bool DeviceMemory::FreeBlock::free_for(const Stream* s) const {
+  return stream == nullptr || stream == s || stream->completed() >= ticket;
+}
+
 size_t DeviceMemory::block_size(const void* ptr) {
   BlockHeader* h = header_of(ptr);
   return h->magic == kMagic ? h->size_class : 0;
@@ -58,16 +70,25 @@ int DeviceMemory::owner(const void* ptr) {
   return h->magic == kMagic ? static_cast<int>(h->device) : -1;
 }
 
-void* DeviceMemory::allocate(size_t bytes) {
+void* DeviceMemory::allocate(size_t bytes, const Stream* stream) {
   const size_t size_class = round_size(bytes);
   std::lock_guard lock(mutex_);
   void* user = nullptr;
   auto it = free_blocks_.find(size_class);
-  if (it != free_blocks_.end() && !it->second.empty()) {
-    user = it->second.back();
-    it->second.pop_back();
-    cached_bytes_ -= size_class;
-  } else {
+  if (it != free_blocks_.end()) {
+    // The most recently freed usable block (warm in cache); a few deep at most, so
+    // blocks held for other busy streams cost no long scan.
+    auto& blocks = it->second;
+    const size_t stop = blocks.size() > 16 ? blocks.size() - 16 : 0;
+    for (size_t i = blocks.size(); i > stop; --i) {
+      if (!blocks[i - 1].free_for(stream)) continue;
+      user = blocks[i - 1].ptr;
+      blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      cached_bytes_ -= size_class;
+      break;
+    }
+  }
+  if (user == nullptr) {
     size_t reserved = static_cast<size_t>(stats_.reserved_bytes.current);
     if (reserved + size_class > capacity_) {
       release_cached_locked();
@@ -86,6 +107,7 @@ void* DeviceMemory::allocate(size_t bytes) {
   h->requested = bytes;
   h->magic = kMagic;
   h->device = device_;
+  h->stream = stream;
   stats_.allocated_bytes.add(static_cast<int64_t>(size_class));
   stats_.requested_bytes.add(static_cast<int64_t>(bytes));
   stats_.allocations.add(1);
@@ -99,8 +121,23 @@ void DeviceMemory::free(void* ptr) {
   stats_.allocated_bytes.sub(static_cast<int64_t>(h->size_class));
   stats_.requested_bytes.sub(static_cast<int64_t>(h->requested));
   stats_.allocations.sub(1);
-  free_blocks_[h->size_class].push_back(ptr);
-  cached_bytes_ += h->size_class;
+  push_free_locked(ptr, nullptr, 0);
+}
+
+void DeviceMemory::free_on_stream(void* ptr, const Stream* stream, uint64_t ticket) {
+  if (ptr == nullptr) return;
+  BlockHeader* h = header_of(ptr);
+  std::lock_guard lock(mutex_);
+  stats_.allocated_bytes.sub(static_cast<int64_t>(h->size_class));
+  stats_.requested_bytes.sub(static_cast<int64_t>(h->requested));
+  stats_.allocations.sub(1);
+  push_free_locked(ptr, stream, ticket);
+}
+
+void DeviceMemory::push_free_locked(void* ptr, const Stream* stream, uint64_t ticket) {
+  const size_t size_class = header_of(ptr)->size_class;
+  free_blocks_[size_class].push_back({ptr, stream, ticket});
+  cached_bytes_ += size_class;
 }
 
 void DeviceMemory::retire(void* ptr) {
@@ -115,23 +152,25 @@ void DeviceMemory::retire(void* ptr) {
 void DeviceMemory::recycle(void* ptr) {
   if (ptr == nullptr) return;
   BlockHeader* h = header_of(ptr);
+  (void)h;
   std::lock_guard lock(mutex_);
-  free_blocks_[h->size_class].push_back(ptr);
-  cached_bytes_ += h->size_class;
+  push_free_locked(ptr, nullptr, 0);
 }
 
 void DeviceMemory::release_cached_locked() {
+  // Blocks their stream's queued work may still use stay (free_for(nullptr): free for all).
   for (auto& [size_class, blocks] : free_blocks_) {
-    for (void* user : blocks) {
-      header_of(user)->magic = 0;
-      std::free(static_cast<char*>(user) - kHeader);
-      stats_.reserved_bytes.sub(static_cast<int64_t>(size_class));
+    std::erase_if(blocks, [&, sc = size_class](const FreeBlock& b) {
+      if (!b.free_for(nullptr)) return false;
+      header_of(b.ptr)->magic = 0;
+      std::free(static_cast<char*>(b.ptr) - kHeader);
+      stats_.reserved_bytes.sub(static_cast<int64_t>(sc));
       stats_.segments.sub(1);
       ++stats_.num_device_free;
-    }
-    blocks.clear();
+      cached_bytes_ -= sc;
+      return true;
+    });
   }
-  cached_bytes_ = 0;
 }
 
 void DeviceMemory::empty_cache() {

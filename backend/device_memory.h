@@ -10,6 +10,8 @@
 
 namespace neuron::backend {
 
+class Stream;
+
 struct MemoryStat {
   int64_t current = 0, peak = 0, allocated = 0, freed = 0;
   void add(int64_t n);
@@ -36,9 +38,15 @@ class DeviceMemory {
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
   // A block of at least bytes, 64-byte aligned, or nullptr when it does not fit in the
-  // capacity even after the cache is released (the caller may sync and retry).
-  void* allocate(size_t bytes);
+  // capacity even after the cache is released (the caller may sync and retry). The block
+  // belongs to `stream` (the host's current stream): its work uses it in FIFO order.
+  void* allocate(size_t bytes, const Stream* stream = nullptr);
   void free(void* ptr);
+  // Frees a block whose own stream still has `ticket` items to run before it is done with
+  // it (and no other stream uses it): later work on that stream may reuse it at once, as
+  // CUDA's caching allocator does (the stream's order makes it safe); other streams only
+  // once the stream completed the ticket.
+  void free_on_stream(void* ptr, const Stream* stream, uint64_t ticket);
   // Stream-ordered free, in two halves: retire() ends the block's life as a tensor
   // (allocated stats drop) while queued work may still use it; recycle() makes it
   // reusable once that work ran. Retired blocks count as reserved.
@@ -58,15 +66,26 @@ class DeviceMemory {
   static size_t block_size(const void* ptr);
   // The core that owns a live block, or -1 for a pointer that is not one of ours.
   static int owner(const void* ptr);
+  // The stream a live block was allocated for (nullptr: none recorded).
+  static const Stream* stream_of(const void* ptr);
   static size_t round_size(size_t bytes);
 
  private:
+  // A cached block: free for everyone when stream is null or completed ticket, else only
+  // for later work on stream.
+  struct FreeBlock {
+    void* ptr;
+    const Stream* stream;
+    uint64_t ticket;
+    bool free_for(const Stream* s) const;
+  };
   void release_cached_locked();
+  void push_free_locked(void* ptr, const Stream* stream, uint64_t ticket);
 
   const int device_;
   const size_t capacity_;
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> blocks
+  std::unordered_map<size_t, std::vector<FreeBlock>> free_blocks_;  // size class -> blocks
   size_t cached_bytes_ = 0;
   MemoryStats stats_;
 };

@@ -121,11 +121,14 @@ void free_block(void* ptr) {
   const int owner = DeviceMemory::owner(ptr);
   if (owner < 0) return;
   Core& c = core_at(owner);
+  // The block's own stream runs its queued work in order, so its later work may reuse
+  // the block at once; other busy streams (which may have been handed the tensor) fence it.
+  const Stream* own = DeviceMemory::stream_of(ptr);
   Retired r;
   r.ptr = ptr;
   for (auto& slot : c.streams) {
     const Stream* s = slot.load(std::memory_order_acquire);
-    if (s == nullptr) continue;
+    if (s == nullptr || s == own) continue;
     const uint64_t ticket = s->enqueued();
     if (s->completed() >= ticket) continue;
     if (r.count < r.fences.size()) {
@@ -137,8 +140,19 @@ void free_block(void* ptr) {
     ++r.count;
   }
   if (r.count == 0) {
-    c.memory.free(ptr);
+    const uint64_t ticket = own != nullptr ? own->enqueued() : 0;
+    if (own != nullptr && own->completed() < ticket) c.memory.free_on_stream(ptr, own, ticket);
+    else c.memory.free(ptr);
     return;
+  }
+  if (own != nullptr && own->completed() < own->enqueued()) {
+    if (r.count < r.fences.size()) {
+      r.fences[r.count] = {own, own->enqueued()};
+    } else {
+      if (!r.more) r.more = std::make_unique<std::vector<Retired::Fence>>();
+      r.more->push_back({own, own->enqueued()});
+    }
+    ++r.count;
   }
   c.memory.retire(ptr);
   std::lock_guard lock(c.retired_mutex);

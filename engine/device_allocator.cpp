@@ -19,8 +19,6 @@ namespace {
 
 constexpr auto kNeuron = c10::DeviceType::PrivateUse1;
 
-
-
 std::string format_bytes(size_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);
@@ -44,7 +42,8 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     if (bytes == 0) return {nullptr, nullptr, &free_device_block, device};
     backend::DeviceMemory& memory = backend::memory(index);
     backend::reclaim_blocks(index);
-    void* ptr = memory.allocate(bytes);
+    const backend::Stream* stream = &current_stream(index);
+    void* ptr = memory.allocate(bytes, stream);
     if (ptr == nullptr) {
       // Freed blocks may wait for queued work, and held ops pin storages: let it all run.
       memory.note_retry();
@@ -52,7 +51,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
       backend::drain_core(index);
       backend::reclaim_blocks(index);
       memory.empty_cache();
-      ptr = memory.allocate(bytes);
+      ptr = memory.allocate(bytes, stream);
     }
     if (ptr == nullptr) {
       memory.note_oom();

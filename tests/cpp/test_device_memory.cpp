@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "backend/device_memory.h"
 #include "backend/event.h"
@@ -87,4 +88,60 @@ TEST(Event, OrdersTwoStreams) {
   b.synchronize();
   EXPECT_EQ(n.load(), 2);
   EXPECT_TRUE(event->query());
+}
+
+namespace {
+// Blocks the worker until released, so a stream can be kept busy on purpose.
+class GateItem : public WorkItem {
+ public:
+  explicit GateItem(std::atomic<bool>* open) : open_(open) {}
+  void run() override {
+    while (!open_->load()) std::this_thread::yield();
+  }
+  std::string describe() const override { return "gate"; }
+
+ private:
+  std::atomic<bool>* open_;
+};
+}  // namespace
+
+TEST(DeviceMemory, BlockFreedOnItsBusyStreamIsReusedByThatStreamAtOnce) {
+  DeviceMemory mem(0, 1 << 20);
+  Stream s(0, 40), other(0, 41);
+  std::atomic<bool> open{false};
+  s.enqueue(std::make_unique<GateItem>(&open));  // queued work may still use the block
+  void* a = mem.allocate(4096, &s);
+  EXPECT_EQ(DeviceMemory::stream_of(a), &s);
+  mem.free_on_stream(a, &s, s.enqueued());
+  EXPECT_EQ(mem.stats().allocated_bytes.current, 0);
+  // Another stream must not get it while s has not run what was queued before the free.
+  void* b = mem.allocate(4096, &other);
+  EXPECT_NE(b, a);
+  // The same stream may: its later work runs after the work queued before the free.
+  void* c = mem.allocate(4096, &s);
+  EXPECT_EQ(c, a);
+  mem.free_on_stream(c, &s, s.enqueued());
+  open = true;
+  s.synchronize();
+  void* d = mem.allocate(4096, &other);  // s ran everything: free for all now
+  EXPECT_EQ(d, a);
+  mem.free(b);
+  mem.free(d);
+  // Reserved memory did not grow past the two blocks in use at once.
+  EXPECT_EQ(mem.stats().reserved_bytes.peak, 2 * 4096);
+}
+
+TEST(DeviceMemory, EmptyCacheKeepsBlocksAStreamMayStillUse) {
+  DeviceMemory mem(0, 1 << 20);
+  Stream s(0, 42);
+  std::atomic<bool> open{false};
+  s.enqueue(std::make_unique<GateItem>(&open));
+  void* a = mem.allocate(8192, &s);
+  mem.free_on_stream(a, &s, s.enqueued());
+  mem.empty_cache();
+  EXPECT_EQ(mem.stats().reserved_bytes.current, 8192);  // still cached, not released
+  open = true;
+  s.synchronize();
+  mem.empty_cache();
+  EXPECT_EQ(mem.stats().reserved_bytes.current, 0);
 }
