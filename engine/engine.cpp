@@ -1,5 +1,8 @@
 #include "engine/engine.h"
 
+#include <malloc.h>
+#include <cstdlib>
+
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <sched.h>
@@ -60,6 +63,17 @@ void pin_worker_team() {
 // Workers set their OpenMP thread count per item (backend::set_item_threads): CPU eager's
 // count (or NEURON_WORKER_THREADS) for items whose bits depend on it; one thread for the
 // others while the host is busy.
+// ATen's temporaries (and tier 1's whole-tensor runs) allocate and free buffers of
+// megabytes per op. glibc maps each such buffer afresh until its adaptive mmap threshold
+// has grown past the size, so a process's first few hundred ops on large tensors paid page
+// faults on every buffer: fused segments ran 2-4x slower in their first ~10 runs (chain_cache,
+// 512x1024: 9-30 ms, then 5.5 ms; 6.5-8.5 ms from the first run with these settings).
+// A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ win.
+void keep_freed_host_buffers() {
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 void init_worker_thread() {
   at::init_num_threads();
   if (g_config.pin_workers) pin_worker_team();
@@ -94,6 +108,7 @@ const Config& init_from_env() {
     backend::Stream::set_spin_hook(&backend::set_team_spinning);
     backend::Stream::set_sync_yield(std::chrono::microseconds(g_config.sync_yield_us));
     backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
+    keep_freed_host_buffers();
     register_device_hooks();
     register_fast_ops();
     register_cpu_kernel_routes();
