@@ -80,6 +80,9 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
   // (each kernel with its own threads). The first runs try both, timed; the faster wins.
   bool run_whole_next();
   void note_tier1(bool whole, uint64_t ns);
+  // Whether a tier-2 kernel runs side by side with tier 1 (its trial): such runs take
+  // both tiers' time, not what the group will run at.
+  bool on_native_trial() const { return state_.load() == kTrial; }
 
  private:
   // The group's kernel source (spec from build_spec, ATen's vec headers), or std::nullopt

@@ -16,6 +16,7 @@
 #include "backend/native_group.h"
 #include "backend/runtime.h"
 #include "backend/segment_work.h"
+#include "engine/adaptive_guard.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
@@ -34,6 +35,13 @@ struct ReadyProgram {
   std::shared_ptr<const fusion::Program> program;
   std::vector<std::shared_ptr<backend::NativeGroup>> natives;  // per step (tier 2)
   std::shared_ptr<std::atomic<uint64_t>> failures = std::make_shared<std::atomic<uint64_t>>(0);
+  // The online guard (null when the policy turns it off: always fused). While per_op is
+  // set the key's occurrences run per op with nothing held: a trial's per-op turn, or
+  // a demoted key.
+  std::shared_ptr<fusion::KeyGuard> guard;
+  std::atomic<bool> on_trial{false};
+  std::atomic<bool> per_op{false};
+  std::atomic<bool> tier2_noted{false};
 };
 
 namespace {
@@ -164,7 +172,19 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
     std::lock_guard lock(r.mutex);
     auto it = r.by_first_signature.find(signature);
     state.candidates.clear();
-    if (it != r.by_first_signature.end()) state.candidates = it->second;
+    state.trial_span.reset();
+    if (it != r.by_first_signature.end()) {
+      state.candidates = it->second;
+      // A key on trial may be starting: time the occurrence from here.
+      for (const auto& c : it->second)
+        if (c->on_trial.load(std::memory_order_relaxed)) {
+          state.trial_span = queue_trial_start(backend::stream(core, stream));
+          break;
+        }
+      std::erase_if(state.candidates, [](const std::shared_ptr<ReadyProgram>& c) {
+        return c->per_op.load(std::memory_order_relaxed);
+      });
+    }
     if (!state.candidates.empty() && !state.holding) {
       state.holding = true;
       g_open_windows.fetch_add(1);
@@ -245,15 +265,82 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
   backend::stream(core, stream).enqueue(std::move(work));
 }
 
+namespace {
+
+bool has_tier2_kernel(const ReadyProgram& p) {
+  for (const auto& n : p.natives)
+    if (n && n->state() == backend::NativeGroup::kAccepted) return true;
+  return false;
+}
+
+// Whether a fused group of the program runs its tier-2 trial (both tiers per run): guard
+// samples of such runs would judge the trial, not the program.
+bool on_native_trial(const ReadyProgram& p) {
+  for (const auto& n : p.natives)
+    if (n && n->on_native_trial()) return true;
+  return false;
+}
+
+// The guard's part of a cut of a key that has a program: time a trial occurrence, take a
+// verdict, pick the next occurrence's mode, start re-trials that are due.
+void guard_at_cut(StreamState& state, ReadyProgram& ready,
+                  const std::shared_ptr<fusion::KeyGuard>& guard_ptr, bool ran_fused,
+                  uint64_t count, c10::DeviceIndex core, int64_t stream) {
+  fusion::KeyGuard& guard = *guard_ptr;
+  const uint8_t core8 = static_cast<uint8_t>(core);
+  if (ready.on_trial.load()) {
+    // A fused run during a tier-2 trial is no sample: the guard's trial waits (the key
+    // keeps running fused: the tier-2 trial needs fused runs, a few at most).
+    if (ran_fused && on_native_trial(ready)) return;
+    const int64_t occurrence = guard.end_occurrence();
+    if (occurrence >= 0 && state.trial_span)
+      queue_trial_end(backend::stream(core, stream), std::move(state.trial_span),
+                      guard_ptr, occurrence,
+                      ran_fused ? fusion::RunMode::kFused : fusion::RunMode::kPerOp);
+    else if (occurrence >= 0)
+      guard.discard(occurrence);  // not timed (the trial began at this cut)
+    const fusion::GuardReport report = guard.poll(count);
+    if (report.verdict == fusion::GuardVerdict::kNone) {
+      ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
+      return;
+    }
+    const bool keep = report.verdict == fusion::GuardVerdict::kKeep;
+    ready.on_trial = false;
+    ready.per_op = !keep;
+    count_guard_verdict(report.verdict);
+    emit_guard_verdict(ready.key, report, core8);
+    trace_cache().transition(ready.key, !keep ? trace::SegmentState::kDemoted
+                                        : has_tier2_kernel(ready) ? trace::SegmentState::kReadyTier2
+                                                                  : trace::SegmentState::kReadyTier1);
+    return;
+  }
+  if (ready.per_op.load() && guard.retry_due(count)) {
+    guard.start_trial();
+    ready.on_trial = true;
+    ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
+    count_guard_trial(true);
+    trace_cache().transition(ready.key, trace::SegmentState::kOnTrial);
+  } else if (!ready.per_op.load() && !ready.tier2_noted.load() && has_tier2_kernel(ready)) {
+    ready.tier2_noted = true;
+    trace_cache().transition(ready.key, trace::SegmentState::kReadyTier2);
+  }
+}
+
+}  // namespace
+
 void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
                   c10::DeviceIndex core, int64_t stream) {
   Registry& r = registry();
   const uint8_t core8 = static_cast<uint8_t>(core);
   std::shared_ptr<ReadyProgram> ready;
+  std::shared_ptr<fusion::KeyGuard> guard;  // changed only under r.mutex
   {
     std::lock_guard lock(r.mutex);
     auto it = r.ready.find(segment.key);
-    if (it != r.ready.end()) ready = it->second;
+    if (it != r.ready.end()) {
+      ready = it->second;
+      guard = ready->guard;
+    }
   }
   // A program whose fused groups failed is blacklisted: its key runs per op from now on.
   if (ready && ready->failures->load() > 0) {
@@ -262,6 +349,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     auto& list = r.by_first_signature[ready->signatures.front()];
     std::erase(list, ready);
     r.rejected.insert(segment.key);
+    ready->on_trial = false;
     ++g_blacklisted;
     ++g_failures;
     trace_cache().transition(segment.key, trace::SegmentState::kBlacklisted);
@@ -314,6 +402,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     }
     enqueue_per_op(state, core, stream);
   }
+  if (ready && guard) guard_at_cut(state, *ready, guard, full_match, count, core, stream);
+  state.trial_span.reset();
 
   // Hot keys without a program get one now (tier 1 is planned in microseconds).
   if (!ready && fusion_allowed() && count >= active_hot_threshold() &&
@@ -360,11 +450,18 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
             w += tag == 1 ? 3 : tag == 2 ? 2 : 1;
           }
         }
+        if (policy.guard.enabled) {
+          rp->guard = std::make_shared<fusion::KeyGuard>(segment.key, policy.guard);
+          rp->guard->start_trial();
+          rp->on_trial = true;
+          rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
+          count_guard_trial(false);
+        }
         r.ready[segment.key] = rp;
         r.by_first_signature[rp->signatures.front()].push_back(rp);
         ++g_programs;
-        trace_cache().transition(segment.key, trace::SegmentState::kCompiling);
-        trace_cache().transition(segment.key, trace::SegmentState::kReady);
+        trace_cache().transition(segment.key, policy.guard.enabled ? trace::SegmentState::kOnTrial
+                                                                   : trace::SegmentState::kReadyTier1);
         emit(trace::EventKind::kCompileStart, segment.key, 1, 0, core8);
         emit(trace::EventKind::kCompileEnd, segment.key, 1, took, core8);
       } else {
@@ -377,6 +474,28 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     }
   }
   state.plan.clear();
+}
+
+void guard_policy_changed(const fusion::Policy& policy) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (auto& [key, rp] : r.ready) {
+    if (!policy.guard.enabled) {  // no guard: every program runs fused
+      rp->guard.reset();
+      rp->on_trial = false;
+      rp->per_op = false;
+      continue;
+    }
+    if (rp->guard && (rp->on_trial.load() || !rp->per_op.load())) continue;
+    // Demoted, or never guarded: a trial under the new settings, at once.
+    const bool retrial = rp->guard != nullptr;
+    rp->guard = std::make_shared<fusion::KeyGuard>(key, policy.guard);
+    rp->guard->start_trial();
+    rp->on_trial = true;
+    rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
+    count_guard_trial(retrial);
+    trace_cache().transition(key, trace::SegmentState::kOnTrial);
+  }
 }
 
 void reset_fusion_state() {
@@ -396,6 +515,7 @@ void reset_adaptive_stats() {
   for (auto* c : {&g_programs, &g_segments_fused, &g_ops_fused_segments, &g_ops_tile_groups,
                   &g_ops_per_op, &g_divergences, &g_blacklisted, &g_failures})
     c->store(0);
+  reset_guard_counters();
   backend::reset_native_counters();
   fusion::NativeCompiler::instance().reset_stats();
 }

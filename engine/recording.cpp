@@ -22,6 +22,7 @@
 namespace neuron::engine {
 
 bool any_window_open();  // adaptive.cpp
+void guard_policy_changed(const fusion::Policy& policy);  // adaptive.cpp
 
 namespace {
 
@@ -226,7 +227,7 @@ uint64_t matmul_flops_of(const backend::OpWork& work, const OpInfo& info) {
 }  // namespace
 
 trace::TraceCache& trace_cache() {
-  static auto* cache = new trace::TraceCache(3);
+  static auto* cache = new trace::TraceCache(fusion::Policy{}.hot_threshold);
   return *cache;
 }
 
@@ -254,6 +255,7 @@ void set_active_policy(const fusion::Policy& policy) {
   trace_cache().set_hot_threshold(policy.hot_threshold);
   // Open segments close; new segmenters follow the new policy.
   flush_all_windows();
+  guard_policy_changed(policy);
   for (auto& core : g_states)
     for (auto& slot : core) {
       if (!slot) continue;

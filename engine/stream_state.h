@@ -16,6 +16,7 @@
 namespace neuron::engine {
 
 struct ReadyProgram;
+struct TrialSpan;
 
 struct StreamState {
   std::mutex mutex;
@@ -37,6 +38,8 @@ struct StreamState {
   std::vector<bool> cut_alive;
   std::vector<uint64_t> cut_outputs;
   trace::Segment cut_segment;
+  // The open segment's start marker, when a key on trial may be starting (adaptive_guard.h).
+  std::shared_ptr<TrialSpan> trial_span;
   explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
 };
 

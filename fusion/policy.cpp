@@ -53,6 +53,27 @@ std::string fmt(double d) {
   return s.str();
 }
 
+// Knobs of the guard's settings, ranges checked when set.
+Knob guard_uint(const char* name, const char* range, uint64_t lo, uint64_t hi,
+                uint64_t (*get)(const GuardSettings&), void (*set)(GuardSettings&, uint64_t),
+                const char* meaning) {
+  return {name, range, meaning,
+          [=](Policy& p, const std::string& v) {
+            uint64_t n = 0;
+            if (!parse_uint(v, lo, hi, n)) return false;
+            set(p.guard, n);
+            return true;
+          },
+          [=](const Policy& p) { return std::to_string(get(p.guard)); }};
+}
+
+Knob guard_double(const char* name, const char* range, double lo, double hi,
+                  double GuardSettings::*field, const char* meaning) {
+  return {name, range, meaning,
+          [=](Policy& p, const std::string& v) { return parse_double(v, lo, hi, p.guard.*field); },
+          [=](const Policy& p) { return fmt(p.guard.*field); }};
+}
+
 const std::vector<Knob>& knobs() {
   static const std::vector<Knob> k = {
       {"name", "any text", "a label written into traces",
@@ -151,6 +172,36 @@ const std::vector<Knob>& knobs() {
            s += (i ? ",\"" : "\"") + p.fusible_ops[i] + "\"";
          return s + "]";
        }},
+      {"guard", "true or false",
+       "the online guard: a hot key's program runs interleaved with per-op runs of the same key and is demoted unless it wins",
+       [](Policy& p, const std::string& v) { return parse_bool(v, p.guard.enabled); },
+       [](const Policy& p) { return std::string(p.guard.enabled ? "true" : "false"); }},
+      guard_uint("guard_min_pairs", "integer 1..1000", 1, 1000,
+                 [](const GuardSettings& g) -> uint64_t { return g.min_pairs; },
+                 [](GuardSettings& g, uint64_t n) { g.min_pairs = static_cast<uint32_t>(n); },
+                 "guard: (fused, per-op) pairs of occurrences before a verdict"),
+      guard_uint("guard_max_pairs", "integer 1..10000", 1, 10000,
+                 [](const GuardSettings& g) -> uint64_t { return g.max_pairs; },
+                 [](GuardSettings& g, uint64_t n) { g.max_pairs = static_cast<uint32_t>(n); },
+                 "guard: pairs after which an undecided trial keeps per-op runs"),
+      guard_double("guard_alpha", "number 0.0001..0.5", 1e-4, 0.5, &GuardSettings::alpha,
+                   "guard: one-sided sign-test p-value a verdict needs"),
+      guard_double("guard_margin", "number 0..0.5", 0, 0.5, &GuardSettings::margin,
+                   "guard: a program is kept only if its median time ratio to per op is at most 1 - margin"),
+      guard_uint("guard_early_pairs", "integer 1..1000", 1, 1000,
+                 [](const GuardSettings& g) -> uint64_t { return g.early_pairs; },
+                 [](GuardSettings& g, uint64_t n) { g.early_pairs = static_cast<uint32_t>(n); },
+                 "guard: a program slower by guard_early_loss in this many first pairs is demoted at once"),
+      guard_double("guard_early_loss", "number 1..100", 1, 100, &GuardSettings::early_loss,
+                   "guard: the ratio (fused / per op) that counts as a clear loss"),
+      guard_uint("guard_retry_after", "integer 1..1000000000", 1, 1000000000,
+                 [](const GuardSettings& g) { return g.retry_after; },
+                 [](GuardSettings& g, uint64_t n) { g.retry_after = n; },
+                 "guard: occurrences of a demoted key before its first re-trial (doubles per demotion)"),
+      guard_uint("guard_retry_max", "integer 1..1000000000000", 1, 1000000000000ull,
+                 [](const GuardSettings& g) { return g.retry_max; },
+                 [](GuardSettings& g, uint64_t n) { g.retry_max = n; },
+                 "guard: the longest backoff between re-trials, in occurrences"),
   };
   return k;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fusion/guard.h"
 #include "fusion/planner.h"
 
 namespace neuron::fusion {
@@ -41,6 +42,7 @@ struct Policy {
   uint32_t native_min_runs = 5;              // tier-1 runs of a group measured before tier 2
   double native_saving = 0.3;                // expected tier-2 saving, share of tier-1 time
   std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
+  GuardSettings guard;                       // the online guard (fusion/guard.h): knobs guard_*
 
   // Whether compiling a segment of n fusible ops pays: saving x repeats > compile cost.
   bool should_compile(uint32_t fusible_ops_in_segment, Tier tier_to_build) const;

@@ -8,6 +8,7 @@
 
 #include "backend/runtime.h"
 #include "backend/segment_work.h"
+#include "engine/adaptive_guard.h"
 #include "engine/engine.h"
 #include "engine/fast_meta.h"
 #include "engine/recording.h"
@@ -173,6 +174,12 @@ PYBIND11_MODULE(_C, m) {
     d["divergences"] = a.divergences;
     d["blacklisted"] = a.blacklisted;
     d["fusion_failures"] = a.failures;
+    auto g = engine::guard_counters();
+    d["guard_trials"] = g.trials;
+    d["guard_retrials"] = g.retrials;
+    d["guard_kept"] = g.kept;
+    d["guard_demotions"] = g.demoted;
+    d["guard_undecided"] = g.undecided;
     auto n = backend::native_counters();
     d["native_requested"] = n.requested;
     d["native_unsupported"] = n.unsupported;
@@ -251,6 +258,15 @@ PYBIND11_MODULE(_C, m) {
     d["hits"] = s.hits;
     d["misses"] = s.misses;
     d["collisions"] = s.collisions;
+    d["illegal_transitions"] = s.illegal_transitions;
+    py::dict moves;
+    using trace::SegmentState;
+    for (size_t from = 0; from < static_cast<size_t>(SegmentState::kCount); ++from)
+      for (size_t to = 0; to < static_cast<size_t>(SegmentState::kCount); ++to)
+        if (s.transitions[from][to] > 0)
+          moves[py::str(std::string(trace::state_name(static_cast<SegmentState>(from))) + "->" +
+                        trace::state_name(static_cast<SegmentState>(to)))] = s.transitions[from][to];
+    d["transitions"] = moves;
     return d;
   });
   // Offline replay (neuron_eager.trace.replay): a trace's events in, decisions and

@@ -22,6 +22,13 @@ enum class EventKind : uint8_t {
   kOpDataflow = 13,       // host: links of an op's tensor slots (see trace/dataflow.h)
   kSegmentLiveness = 14,  // host: outputs of a cut segment that were dead at the cut
   kStreamFlush = 15,      // host: a forced cut point (seq = last op before it, flags = reason)
+  // The online guard's verdict on a key (value = key, aux = fused median span ns, seq =
+  // per-op median span ns, op = pairs compared, reserved = trial number, flags = verdict:
+  // 1 kept, 2 demoted, 3 undecided so per op).
+  kGuardVerdict = 16,
+  // A key's state transition (value = key, flags = from << 8 | to, aux = occurrences; the
+  // states of trace/segment_state.h).
+  kSegmentState = 17,
 };
 
 // Why a segment was cut (SegmentCut flags).

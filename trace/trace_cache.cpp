@@ -2,17 +2,6 @@
 
 namespace neuron::trace {
 
-const char* state_name(SegmentState state) {
-  switch (state) {
-    case SegmentState::kCold: return "cold";
-    case SegmentState::kHot: return "hot";
-    case SegmentState::kCompiling: return "compiling";
-    case SegmentState::kReady: return "ready";
-    case SegmentState::kBlacklisted: return "blacklisted";
-    default: return "?";
-  }
-}
-
 TraceCache::Lookup TraceCache::observe(const Segment& segment, uint64_t now_ns,
                                        uint64_t* count_out) {
   std::lock_guard lock(mutex_);
@@ -40,6 +29,7 @@ TraceCache::Lookup TraceCache::observe(const Segment& segment, uint64_t now_ns,
   if (e.state == SegmentState::kCold && e.count >= hot_threshold_) {
     ++stats_.transitions[static_cast<size_t>(e.state)][static_cast<size_t>(SegmentState::kHot)];
     e.state = SegmentState::kHot;
+    emit_state_event(segment.key, SegmentState::kCold, SegmentState::kHot, e.count);
   }
   if (count_out) *count_out = e.count;
   return Lookup::kHit;
@@ -49,9 +39,21 @@ bool TraceCache::transition(uint64_t key, SegmentState to) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return false;
-  ++stats_.transitions[static_cast<size_t>(it->second.state)][static_cast<size_t>(to)];
+  const SegmentState from = it->second.state;
+  if (!transition_allowed(from, to)) {
+    ++stats_.illegal_transitions;
+    return false;
+  }
+  ++stats_.transitions[static_cast<size_t>(from)][static_cast<size_t>(to)];
   it->second.state = to;
+  emit_state_event(key, from, to, it->second.count);
   return true;
+}
+
+SegmentState TraceCache::state(uint64_t key) const {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(key);
+  return it == entries_.end() ? SegmentState::kCold : it->second.state;
 }
 
 bool TraceCache::find(uint64_t key, SegmentEntry& out) const {

@@ -8,12 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "trace/segment_state.h"
 #include "trace/segmenter.h"
 
 namespace neuron::trace {
-
-enum class SegmentState : uint8_t { kCold, kHot, kCompiling, kReady, kBlacklisted, kCount };
-const char* state_name(SegmentState state);
 
 struct SegmentEntry {
   std::vector<int64_t> words;
@@ -28,7 +26,7 @@ class TraceCache {
  public:
   enum class Lookup { kMiss, kHit, kCollision };
   struct Stats {
-    uint64_t hits = 0, misses = 0, collisions = 0;
+    uint64_t hits = 0, misses = 0, collisions = 0, illegal_transitions = 0;
     std::array<std::array<uint64_t, static_cast<size_t>(SegmentState::kCount)>,
                static_cast<size_t>(SegmentState::kCount)>
         transitions{};
@@ -38,7 +36,10 @@ class TraceCache {
   // Counts one occurrence of the segment; a verified hit bumps the count (and turns a
   // cold key hot at the threshold). A collision is counted and reported, never merged.
   Lookup observe(const Segment& segment, uint64_t now_ns, uint64_t* count_out = nullptr);
+  // Moves a key to a new state if the life cycle allows it (segment_state.h); an illegal
+  // move is counted and refused. Each transition is traced.
   bool transition(uint64_t key, SegmentState to);
+  SegmentState state(uint64_t key) const;
   bool find(uint64_t key, SegmentEntry& out) const;
   Stats stats() const;
   void set_hot_threshold(uint64_t n) {

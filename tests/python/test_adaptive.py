@@ -119,8 +119,10 @@ def close(actual, expected, transcendental):
 
 # The default policy leaves tile groups over fewer than 65536 elements per op (their
 # operands fit in cache); these tests exercise tile groups on small tensors, so they
-# lift that floor.
-SMALL_GROUPS = {"min_group_elements": 0}
+# lift that floor. They test fusion's mechanics and results, so the online guard (which
+# would demote programs that do not pay, as small ones often do; tested in
+# test_guard.py) is off.
+SMALL_GROUPS = {"min_group_elements": 0, "guard": False}
 
 
 @pytest.fixture
@@ -238,7 +240,7 @@ def test_default_policy_groups_only_tensors_past_the_cache(numel, grouped):
     xn = x.to("neuron")
     previous = neuron_eager.get_mode()
     neuron_eager.set_mode("adaptive")
-    neuron_eager.set_policy("default")
+    neuron_eager.set_policy({"guard": False})  # grouping is tested here, not the guard's verdict
     neuron_eager.reset_fusion_state()  # an earlier test blacklisted this chain's key
     try:
         for _ in range(4):  # make the segment ready
@@ -325,6 +327,7 @@ def llama_losses(mode, steps=12):
 
 def llama_both_modes():
     eager, _, eager_params = llama_losses("eager")
+    neuron_eager.set_policy({"guard": False})  # the fused share of every program, not the guard's verdicts
     fused, c, fused_params = llama_losses("adaptive")
     neuron_eager.set_mode("eager")
     return {"eager": eager, "fused": fused, "counters": c,

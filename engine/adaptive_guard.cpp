@@ -1,0 +1,89 @@
+#include "engine/adaptive_guard.h"
+
+#include <chrono>
+#include <string>
+
+#include "trace/event.h"
+#include "trace/recorder.h"
+
+namespace neuron::engine {
+namespace {
+
+uint64_t steady_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+class TrialMarker final : public backend::WorkItem {
+ public:
+  TrialMarker(std::shared_ptr<TrialSpan> span, std::shared_ptr<fusion::KeyGuard> guard,
+              int64_t occurrence, fusion::RunMode ran)
+      : span_(std::move(span)), guard_(std::move(guard)), occurrence_(occurrence), ran_(ran) {}
+  void run() override {
+    const uint64_t now = steady_ns();
+    if (!guard_) {
+      span_->start_ns.store(now, std::memory_order_relaxed);
+      return;
+    }
+    const uint64_t start = span_->start_ns.load(std::memory_order_relaxed);
+    if (start != 0 && now >= start) guard_->add_sample(occurrence_, ran_, now - start);
+  }
+  std::string describe() const override { return guard_ ? "guard end marker" : "guard start marker"; }
+
+ private:
+  std::shared_ptr<TrialSpan> span_;
+  std::shared_ptr<fusion::KeyGuard> guard_;  // null: the start marker
+  int64_t occurrence_;
+  fusion::RunMode ran_;
+};
+
+std::atomic<uint64_t> g_trials{0}, g_retrials{0}, g_kept{0}, g_demoted{0}, g_undecided{0};
+
+}  // namespace
+
+std::shared_ptr<TrialSpan> queue_trial_start(backend::Stream& stream) {
+  auto span = std::make_shared<TrialSpan>();
+  stream.enqueue(std::make_unique<TrialMarker>(span, nullptr, -1, fusion::RunMode::kFused));
+  return span;
+}
+
+void queue_trial_end(backend::Stream& stream, std::shared_ptr<TrialSpan> span,
+                     std::shared_ptr<fusion::KeyGuard> guard, int64_t occurrence,
+                     fusion::RunMode ran) {
+  stream.enqueue(std::make_unique<TrialMarker>(std::move(span), std::move(guard), occurrence, ran));
+}
+
+void emit_guard_verdict(uint64_t key, const fusion::GuardReport& report, uint8_t core) {
+  if (!trace::recording()) return;
+  auto& rec = trace::Recorder::instance();
+  trace::Event e;
+  e.time_ns = rec.now_ns();
+  e.kind = static_cast<uint8_t>(trace::EventKind::kGuardVerdict);
+  e.value = key;
+  e.aux = report.fused_median_ns;
+  e.seq = report.per_op_median_ns;
+  e.op = report.pairs;
+  e.reserved = report.trial;
+  e.flags = static_cast<uint16_t>(report.verdict);
+  e.core = core;
+  rec.emit(e);
+}
+
+GuardCounters guard_counters() {
+  return {g_trials.load(), g_retrials.load(), g_kept.load(), g_demoted.load(), g_undecided.load()};
+}
+
+void count_guard_trial(bool retrial) { ++(retrial ? g_retrials : g_trials); }
+
+void count_guard_verdict(fusion::GuardVerdict verdict) {
+  if (verdict == fusion::GuardVerdict::kKeep) ++g_kept;
+  else if (verdict == fusion::GuardVerdict::kDemote) ++g_demoted;
+  else if (verdict == fusion::GuardVerdict::kUndecidedDemote) ++g_undecided;
+}
+
+void reset_guard_counters() {
+  for (auto* c : {&g_trials, &g_retrials, &g_kept, &g_demoted, &g_undecided}) c->store(0);
+}
+
+}  // namespace neuron::engine

@@ -1,0 +1,105 @@
+"""The online guard (issue 21): a hot key's program runs interleaved with per-op runs of
+the same key and stays only if it wins; results equal CPU eager's whatever it decides.
+The verdict rule itself is unit-tested in tests/cpp/test_guard.cpp."""
+
+import pytest
+import torch
+
+import neuron_eager
+from neuron_eager import trace as ntrace
+
+
+def chain(x):
+    return ((x * 3 - 1).sigmoid() + x).mul(0.5).tanh()
+
+
+@pytest.fixture
+def adaptive():
+    previous = neuron_eager.get_mode()
+    neuron_eager.set_mode("adaptive")
+    neuron_eager.reset_fusion_state()
+    yield
+    neuron_eager.set_mode(previous)
+    neuron_eager.set_policy("default")
+    neuron_eager.reset_fusion_state()
+
+
+def run(xn, n):
+    return [chain(xn).cpu() for _ in range(n)]
+
+
+def test_a_program_that_cannot_win_by_the_margin_is_demoted_and_runs_per_op(adaptive, tmp_path):
+    # One pair per trial, and a program must halve the key's time to stay: a 4-op chain
+    # on 64 elements cannot (holding its ops costs more than it saves), so it is demoted.
+    neuron_eager.set_policy({"guard_min_pairs": 1, "guard_max_pairs": 1, "guard_margin": 0.5,
+                             "guard_retry_after": 1000000, "min_group_elements": 0})
+    x = torch.randn(64)
+    expected = chain(x)
+    xn = x.to("neuron")
+    path = tmp_path / "g.ntrace"
+    before = neuron_eager.counters()
+    with ntrace.record(str(path)):
+        outs = run(xn, 12)
+    mid = neuron_eager.counters()
+    outs += run(xn, 10)
+    after = neuron_eager.counters()
+    for o in outs:
+        assert torch.equal(o, expected)
+    assert mid["guard_trials"] - before["guard_trials"] == 1
+    assert mid["guard_demotions"] + mid["guard_undecided"] - before["guard_demotions"] - before["guard_undecided"] == 1
+    assert after["segments_fused"] == mid["segments_fused"]  # demoted: nothing fused since
+    t = ntrace.load(str(path))
+    verdicts = t.events[t.events["kind"] == 16]
+    assert len(verdicts) == 1
+    assert verdicts[0]["flags"] in (2, 3) and verdicts[0]["op"] == 1  # demoted after 1 pair
+    assert verdicts[0]["aux"] > 0 and verdicts[0]["seq"] > 0         # both medians measured
+    states = t.events[t.events["kind"] == 17]
+    moves = [(int(f) >> 8, int(f) & 0xFF) for f in states["flags"]]
+    assert (0, 1) in moves and (1, 2) in moves and (2, 5) in moves  # cold->hot->on_trial->demoted
+    # A new policy re-tries demoted keys at once.
+    neuron_eager.set_policy({"guard_min_pairs": 1, "guard_max_pairs": 1, "guard_margin": 0.5,
+                             "min_group_elements": 0})
+    outs = run(xn, 6)
+    for o in outs:
+        assert torch.equal(o, expected)
+    assert neuron_eager.counters()["guard_retrials"] > after["guard_retrials"]
+
+
+def test_guard_off_fuses_every_hot_key_without_trials(adaptive):
+    neuron_eager.set_policy({"guard": False, "min_group_elements": 0})
+    x = torch.randn(4096)
+    expected = chain(x)
+    xn = x.to("neuron")
+    before = neuron_eager.counters()
+    outs = run(xn, 10)
+    after = neuron_eager.counters()
+    for o in outs:
+        assert torch.equal(o, expected)
+    assert after["guard_trials"] == before["guard_trials"]
+    assert after["segments_fused"] - before["segments_fused"] >= 6
+
+
+def test_trial_results_equal_cpu_in_both_modes(adaptive):
+    # Default guard: the trial alternates fused and per-op runs; every result is exact.
+    x = torch.randn(256, 512)
+    expected = chain(x)
+    xn = x.to("neuron")
+    before = neuron_eager.counters()
+    outs = run(xn, 40)
+    after = neuron_eager.counters()
+    for o in outs:
+        assert torch.equal(o, expected)
+    assert after["guard_trials"] > before["guard_trials"]
+    stats = neuron_eager._C.segment_cache_stats()
+    assert stats["illegal_transitions"] == 0, stats
+    assert stats["transitions"].get("hot->on_trial", 0) >= 1, stats
+
+
+@pytest.mark.parametrize("key,value", [("guard", "sometimes"), ("guard_alpha", "2"),
+                                       ("guard_min_pairs", "0"), ("guard_retry_max", "-3")])
+def test_bad_guard_knobs_get_one_clear_error(key, value, tmp_path):
+    f = tmp_path / "p.policy"
+    f.write_text(f"{key} = {value}\n")
+    with pytest.raises(ValueError, match=key):
+        neuron_eager.set_policy(str(f))
+    assert neuron_eager.get_policy()["guard"] in (True, False)  # the active policy is intact
