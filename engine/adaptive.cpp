@@ -24,6 +24,7 @@
 #include "trace/log.h"
 #include "trace/op_registry.h"
 #include "trace/recorder.h"
+#include "trace/segmenter.h"
 
 namespace neuron::engine {
 
@@ -437,19 +438,10 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
                                       ? std::make_shared<backend::NativeGroup>(policy, segment.key)
                                       : nullptr);
         }
-        // Signatures of the segment's ops, in order (the words start each op with it).
         for (uint32_t st = 0; st < program->steps.size(); ++st)
           for (uint32_t k = 0; k < program->steps[st].count; ++k) rp->step_of_op.push_back(st);
-        size_t w = 0;
-        for (uint32_t i = 0; i < segment.length && w < segment.words.size(); ++i) {
-          rp->signatures.push_back(static_cast<uint64_t>(segment.words[w]));
-          const int64_t n_inputs = segment.words[w + 1];
-          w += 2;
-          for (int64_t k = 0; k < n_inputs; ++k) {
-            const int64_t tag = segment.words[w];
-            w += tag == 1 ? 3 : tag == 2 ? 2 : 1;
-          }
-        }
+        // Signatures of the segment's ops, in order.
+        rp->signatures = trace::op_signatures(segment.words, segment.length);
         if (policy.guard.enabled) {
           rp->guard = std::make_shared<fusion::KeyGuard>(segment.key, policy.guard);
           rp->guard->start_trial();

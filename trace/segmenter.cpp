@@ -129,6 +129,21 @@ Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
   return s;
 }
 
+std::vector<uint64_t> op_signatures(const std::vector<int64_t>& words, uint32_t length) {
+  std::vector<uint64_t> signatures;
+  size_t w = 0;
+  for (uint32_t i = 0; i < length && w < words.size(); ++i) {
+    signatures.push_back(static_cast<uint64_t>(words[w]));
+    const int64_t n_inputs = words[w + 1];
+    w += 2;
+    for (int64_t k = 0; k < n_inputs; ++k) {
+      const int64_t tag = words[w];  // then the producer's op and output, or the external index
+      w += tag == kProduced ? 3 : tag == kExternal ? 2 : 1;
+    }
+  }
+  return signatures;
+}
+
 Segmenter::Segmenter(SegmentPolicy policy) : policy_(std::move(policy)) {
   ops_.reserve(policy_.max_length);
 }

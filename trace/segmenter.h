@@ -94,5 +94,8 @@ Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
 // The same into a caller's segment, reusing its words' memory (the dispatch path).
 void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
                        const std::vector<bool>& alive, Segment& out);
+// The signatures of a segment's first `length` ops, in order, read back from its words
+// (each op's words start with its signature).
+std::vector<uint64_t> op_signatures(const std::vector<int64_t>& words, uint32_t length);
 
 }  // namespace neuron::trace
