@@ -1,5 +1,6 @@
 #include "engine/recording.h"
 
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
 #include <unistd.h>
 
@@ -190,17 +191,11 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   ss.pinned.clear();
 }
 
-// Never throws: an unusual dtype counts as zero bytes.
+// Never throws: an unusual dtype counts as zero bytes (c10::elementSize knows every dtype
+// before Undefined: torch declares both from one list).
 uint64_t itemsize_of(int8_t dtype) {
-  using c10::ScalarType;
-  switch (static_cast<ScalarType>(dtype)) {
-    case ScalarType::Byte: case ScalarType::Char: case ScalarType::Bool: return 1;
-    case ScalarType::Short: case ScalarType::Half: case ScalarType::BFloat16: return 2;
-    case ScalarType::Int: case ScalarType::Float: case ScalarType::ComplexHalf: return 4;
-    case ScalarType::Long: case ScalarType::Double: case ScalarType::ComplexFloat: return 8;
-    case ScalarType::ComplexDouble: return 16;
-    default: return 0;
-  }
+  if (dtype < 0 || dtype >= static_cast<int8_t>(c10::ScalarType::Undefined)) return 0;
+  return c10::elementSize(static_cast<c10::ScalarType>(dtype));
 }
 
 // Bytes the op reads and writes: its tensor inputs and fresh outputs (replay's cost model).
