@@ -63,6 +63,7 @@ trace::TraceCache& trace_cache();
 // The fusion policy in force (segmenting knobs apply to new segments at once).
 fusion::Policy active_policy();
 // Cheap reads of the active policy for the per-op and per-cut paths (no copy, no lock).
+bool active_policy_lifts();        // the policy lifts scalars out of op signatures
 bool active_policy_lists_ops();    // the policy names its own fusible_ops
 uint64_t active_hot_threshold();
 void set_active_policy(const fusion::Policy& policy);

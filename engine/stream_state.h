@@ -46,6 +46,9 @@ struct StreamState {
 // The state of (core, stream), created on first use; nullptr-safe lookup for scans.
 StreamState& stream_state(c10::DeviceIndex core, int64_t stream);
 StreamState* find_stream_state(c10::DeviceIndex core, int64_t stream);
+// Every state's segmenter starts afresh under the current policy (its open segment closed).
+void restart_segmenters();
+// The segmenting settings of the active policy (active_policy.cpp).
 trace::SegmentPolicy current_segment_policy();
 
 // Adaptive controller (adaptive.cpp). The caller holds state.mutex.

@@ -1,0 +1,70 @@
+// The fusion policy in force: one copy under a lock, the few fields the per-op and per-cut
+// paths read as atomics, and the segmenting settings derived from it.
+#include <atomic>
+#include <mutex>
+
+#include "engine/recording.h"
+#include "engine/stream_state.h"
+#include "fusion/policy.h"
+#include "trace/op_registry.h"
+#include "trace/segmenter.h"
+
+namespace neuron::engine {
+
+void guard_policy_changed(const fusion::Policy& policy);  // adaptive.cpp
+
+namespace {
+
+std::mutex g_policy_mutex;
+fusion::Policy g_policy;  // guarded by g_policy_mutex
+
+std::atomic<bool> g_lift_scalars{true};
+std::atomic<bool> g_policy_lists_ops{false};
+std::atomic<uint64_t> g_hot_threshold{fusion::Policy{}.hot_threshold};
+
+trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
+  trace::SegmentPolicy p;
+  p.max_length = policy.max_segment_length;
+  p.rolling_window = policy.rolling_window;
+  p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
+  p.use_rolling_cut = policy.rolling_bits > 0;
+  p.keep_runs_whole = policy.foreach_runs_whole;
+  if (policy.cut_after_matmul) {
+    auto& reg = trace::OpRegistry::instance();
+    for (const auto& name : fusion::matmul_class_ops()) p.cut_after.push_back(reg.intern(name));
+  }
+  return p;
+}
+
+}  // namespace
+
+trace::SegmentPolicy current_segment_policy() {
+  std::lock_guard lock(g_policy_mutex);
+  return segment_policy_of(g_policy);
+}
+
+bool active_policy_lifts() { return g_lift_scalars.load(std::memory_order_relaxed); }
+bool active_policy_lists_ops() { return g_policy_lists_ops.load(std::memory_order_relaxed); }
+uint64_t active_hot_threshold() { return g_hot_threshold.load(std::memory_order_relaxed); }
+
+fusion::Policy active_policy() {
+  std::lock_guard lock(g_policy_mutex);
+  return g_policy;
+}
+
+void set_active_policy(const fusion::Policy& policy) {
+  {
+    std::lock_guard lock(g_policy_mutex);
+    g_policy = policy;
+  }
+  g_lift_scalars = policy.lift_scalars;
+  g_policy_lists_ops = !policy.fusible_ops.empty();
+  g_hot_threshold = policy.hot_threshold;
+  trace_cache().set_hot_threshold(policy.hot_threshold);
+  // Open segments close; new segmenters follow the new policy.
+  flush_all_windows();
+  guard_policy_changed(policy);
+  restart_segmenters();
+}
+
+}  // namespace neuron::engine
