@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "engine/adaptive_registry.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
 #include "fusion/policy.h"
@@ -10,9 +11,6 @@
 #include "trace/segmenter.h"
 
 namespace neuron::engine {
-
-void guard_policy_changed(const fusion::Policy& policy);  // adaptive.cpp
-
 namespace {
 
 std::mutex g_policy_mutex;

@@ -1,7 +1,8 @@
 // The online guard on the engine side (fusion/guard.h decides): per trial occurrence two
 // marker items on the stream time its device span, from the moment the device could
 // start its first op (the start marker runs once the op was dispatched and the work
-// before it ran) to the end of its last op. Used by adaptive.cpp under the stream's mutex.
+// before it ran) to the end of its last op. Used by the adaptive controller
+// (adaptive_window.cpp, adaptive_cut.cpp) under the stream's mutex.
 #pragma once
 
 #include <atomic>

@@ -191,7 +191,7 @@ Counters counters() {
   return c;
 }
 
-void reset_adaptive_stats();  // adaptive.cpp
+void reset_adaptive_stats();  // adaptive_registry.cpp
 
 void reset_counters() {
   g_counters.reset();

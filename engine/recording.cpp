@@ -9,6 +9,7 @@
 
 #include "backend/op_work.h"
 #include "backend/runtime.h"
+#include "engine/adaptive_registry.h"
 #include "engine/engine.h"
 #include "engine/stream_state.h"
 #include "engine/trace_events.h"
@@ -16,8 +17,6 @@
 #include "trace/segmenter.h"
 
 namespace neuron::engine {
-
-bool any_window_open();  // adaptive.cpp
 
 namespace {
 

@@ -51,7 +51,7 @@ void restart_segmenters();
 // The segmenting settings of the active policy (active_policy.cpp).
 trace::SegmentPolicy current_segment_policy();
 
-// Adaptive controller (adaptive.cpp). The caller holds state.mutex.
+// Adaptive controller (adaptive_window.cpp, adaptive_cut.cpp). The caller holds state.mutex.
 // Takes one dispatched op: queue it, or hold it while it matches a ready program.
 void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
                    fusion::PlanOp plan_op, uint64_t signature, c10::DeviceIndex core,

@@ -1,0 +1,236 @@
+// The adaptive controller at a segment's cut: launch the segment fused or queue held ops
+// per op, blacklist failed programs, plan hot keys, and the online guard's part.
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/runtime.h"
+#include "backend/segment_work.h"
+#include "engine/adaptive_guard.h"
+#include "engine/adaptive_registry.h"
+#include "engine/native_config.h"
+#include "engine/recording.h"
+#include "engine/stream_state.h"
+#include "trace/log.h"
+#include "trace/op_registry.h"
+#include "trace/recorder.h"
+#include "trace/segmenter.h"
+
+namespace neuron::engine {
+namespace {
+
+void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, uint8_t core) {
+  if (!trace::recording()) return;
+  auto& rec = trace::Recorder::instance();
+  trace::Event e;
+  e.time_ns = rec.now_ns() - duration;
+  e.duration_ns = duration;
+  e.kind = static_cast<uint8_t>(kind);
+  e.value = key;
+  e.aux = aux;
+  e.core = core;
+  rec.emit(e);
+}
+
+bool has_tier2_kernel(const ReadyProgram& p) {
+  for (const auto& n : p.natives)
+    if (n && n->state() == backend::NativeGroup::kAccepted) return true;
+  return false;
+}
+
+// Whether a fused group of the program runs its tier-2 trial (both tiers per run): guard
+// samples of such runs would judge the trial, not the program.
+bool on_native_trial(const ReadyProgram& p) {
+  for (const auto& n : p.natives)
+    if (n && n->on_native_trial()) return true;
+  return false;
+}
+
+// The guard's part of a cut of a key that has a program: time a trial occurrence, take a
+// verdict, pick the next occurrence's mode, start re-trials that are due.
+void guard_at_cut(StreamState& state, ReadyProgram& ready,
+                  const std::shared_ptr<fusion::KeyGuard>& guard_ptr, bool ran_fused,
+                  uint64_t count, c10::DeviceIndex core, int64_t stream) {
+  fusion::KeyGuard& guard = *guard_ptr;
+  const uint8_t core8 = static_cast<uint8_t>(core);
+  if (ready.on_trial.load()) {
+    // A fused run during a tier-2 trial is no sample: the guard's trial waits (the key
+    // keeps running fused: the tier-2 trial needs fused runs, a few at most).
+    if (ran_fused && on_native_trial(ready)) return;
+    const int64_t occurrence = guard.end_occurrence();
+    if (occurrence >= 0 && state.trial_span)
+      queue_trial_end(backend::stream(core, stream), std::move(state.trial_span),
+                      guard_ptr, occurrence,
+                      ran_fused ? fusion::RunMode::kFused : fusion::RunMode::kPerOp);
+    else if (occurrence >= 0)
+      guard.discard(occurrence);  // not timed (the trial began at this cut)
+    const fusion::GuardReport report = guard.poll(count);
+    if (report.verdict == fusion::GuardVerdict::kNone) {
+      ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
+      return;
+    }
+    const bool keep = report.verdict == fusion::GuardVerdict::kKeep;
+    ready.on_trial = false;
+    ready.per_op = !keep;
+    count_guard_verdict(report.verdict);
+    emit_guard_verdict(ready.key, report, core8);
+    trace_cache().transition(ready.key, !keep ? trace::SegmentState::kDemoted
+                                        : has_tier2_kernel(ready) ? trace::SegmentState::kReadyTier2
+                                                                  : trace::SegmentState::kReadyTier1);
+    return;
+  }
+  if (ready.per_op.load() && guard.retry_due(count)) {
+    guard.start_trial();
+    ready.on_trial = true;
+    ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
+    count_guard_trial(true);
+    trace_cache().transition(ready.key, trace::SegmentState::kOnTrial);
+  } else if (!ready.per_op.load() && !ready.tier2_noted.load() && has_tier2_kernel(ready)) {
+    ready.tier2_noted = true;
+    trace_cache().transition(ready.key, trace::SegmentState::kReadyTier2);
+  }
+}
+
+}  // namespace
+
+void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
+                  c10::DeviceIndex core, int64_t stream) {
+  Registry& r = registry();
+  const uint8_t core8 = static_cast<uint8_t>(core);
+  std::shared_ptr<ReadyProgram> ready;
+  std::shared_ptr<fusion::KeyGuard> guard;  // changed only under r.mutex
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.ready.find(segment.key);
+    if (it != r.ready.end()) {
+      ready = it->second;
+      guard = ready->guard;
+    }
+  }
+  // A program whose fused groups failed is blacklisted: its key runs per op from now on.
+  if (ready && ready->failures->load() > 0) {
+    std::lock_guard lock(r.mutex);
+    r.ready.erase(segment.key);
+    auto& list = r.by_first_signature[ready->signatures.front()];
+    std::erase(list, ready);
+    r.rejected.insert(segment.key);
+    ready->on_trial = false;
+    ++g_blacklisted;
+    ++g_failures;
+    trace_cache().transition(segment.key, trace::SegmentState::kBlacklisted);
+    fallback_event("a fused group failed: segment blacklisted, its ops run per op", core8);
+    ready.reset();
+  }
+  const uint32_t released = state.released, released_extern = state.released_extern;
+  state.released = 0;
+  state.released_extern = 0;
+  const bool full_match = state.holding && ready && ready->words == segment.words &&
+                          state.window.size() + released == segment.length &&
+                          ready->signatures.size() == segment.length &&
+                          // ops queued before the cut end at a step boundary of this program
+                          (released == 0 || released == segment.length ||
+                           ready->step_of_op[released] != ready->step_of_op[released - 1]) &&
+                          fusion_allowed();
+  if (trace::log_enabled(trace::LogLevel::kDebug)) {
+    std::string names;
+    for (auto& w : state.window) names += " " + trace::OpRegistry::instance().name(w->record.op);
+    trace::log(trace::LogLevel::kDebug,
+               "cut key=" + std::to_string(segment.key) + " len=" + std::to_string(segment.length) +
+                   " holding=" + std::to_string(state.holding) + " ready=" + std::to_string(ready != nullptr) +
+                   " full=" + std::to_string(full_match) + " window:" + names);
+  }
+  if (full_match) {
+    auto work = std::make_unique<backend::SegmentWork>();
+    work->program = ready->program;
+    work->ops.resize(segment.length);
+    for (size_t k = 0; k < state.window.size(); ++k) work->ops[released + k] = std::move(state.window[k]);
+    work->key = segment.key;
+    work->seq = segment.first_seq;
+    work->core = core8;
+    work->stream = static_cast<uint16_t>(stream);
+    work->failures = ready->failures;
+    work->natives = ready->natives;
+    g_segments_fused += 1;
+    g_ops_fused_segments += segment.length;  // released ops ran as its program said
+    g_ops_per_op -= released_extern;
+    for (const auto& step : ready->program->steps)
+      if (step.kind != fusion::Step::kExtern && step.first >= released) g_ops_tile_groups += step.count;
+    state.window.clear();
+    if (state.holding) g_open_windows.fetch_sub(1);
+    state.holding = false;
+    state.candidates.clear();
+    backend::stream(core, stream).enqueue(std::move(work));
+  } else if (!state.window.empty() || state.holding) {
+    if (state.holding && !state.window.empty()) {
+      ++g_divergences;
+      fallback_event("segment ended before matching a ready program: held ops run per op", core8);
+    }
+    enqueue_per_op(state, core, stream);
+  }
+  if (ready && guard) guard_at_cut(state, *ready, guard, full_match, count, core, stream);
+  state.trial_span.reset();
+
+  // Hot keys without a program get one now (tier 1 is planned in microseconds).
+  if (!ready && fusion_allowed() && count >= active_hot_threshold() &&
+      state.plan.size() == segment.length) {
+    const fusion::Policy policy = active_policy();
+    bool known;
+    {
+      std::lock_guard lock(r.mutex);
+      known = r.ready.count(segment.key) || r.rejected.count(segment.key);
+    }
+    if (!known) {
+      const auto start = std::chrono::steady_clock::now();
+      auto program = std::make_shared<fusion::Program>(fusion::plan(state.plan, policy.min_fusible_ops,
+                                                                         policy.min_group_elements));
+      program->tile_bytes = static_cast<int64_t>(policy.tile_bytes);
+      const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now() - start)
+                                                  .count());
+      std::lock_guard lock(r.mutex);
+      // Even without a tile group, one work item for the whole segment saves a queue
+      // hand-off per op; tile groups save memory traffic on top.
+      if (segment.length >= 2 && policy.should_compile(segment.length, fusion::Tier::kInstant)) {
+        auto rp = std::make_shared<ReadyProgram>();
+        rp->key = segment.key;
+        rp->words = segment.words;
+        rp->program = program;
+        {
+          if (policy.tier != fusion::Tier::kInstant) configure_native_once();
+          for (const auto& step : program->steps)
+            rp->natives.push_back(step.kind != fusion::Step::kExtern
+                                      ? std::make_shared<backend::NativeGroup>(policy, segment.key)
+                                      : nullptr);
+        }
+        for (uint32_t st = 0; st < program->steps.size(); ++st)
+          for (uint32_t k = 0; k < program->steps[st].count; ++k) rp->step_of_op.push_back(st);
+        // Signatures of the segment's ops, in order.
+        rp->signatures = trace::op_signatures(segment.words, segment.length);
+        if (policy.guard.enabled) {
+          rp->guard = std::make_shared<fusion::KeyGuard>(segment.key, policy.guard);
+          rp->guard->start_trial();
+          rp->on_trial = true;
+          rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
+          count_guard_trial(false);
+        }
+        r.ready[segment.key] = rp;
+        r.by_first_signature[rp->signatures.front()].push_back(rp);
+        ++g_programs;
+        trace_cache().transition(segment.key, policy.guard.enabled ? trace::SegmentState::kOnTrial
+                                                                   : trace::SegmentState::kReadyTier1);
+        emit(trace::EventKind::kCompileStart, segment.key, 1, 0, core8);
+        emit(trace::EventKind::kCompileEnd, segment.key, 1, took, core8);
+      } else {
+        r.rejected.insert(segment.key);
+        trace_cache().transition(segment.key, trace::SegmentState::kBlacklisted);
+        fallback_event(segment.length < 2 ? "hot segment of a single op"
+                                          : "hot segment fails the cost gate (policy)",
+                       core8);
+      }
+    }
+  }
+  state.plan.clear();
+}
+
+}  // namespace neuron::engine

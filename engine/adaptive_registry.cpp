@@ -1,0 +1,98 @@
+// The registry of ready programs, the controller's counters, its resets and its reaction
+// to a new policy.
+#include "engine/adaptive_registry.h"
+
+#include <ATen/Context.h>
+
+#include "engine/adaptive_guard.h"
+#include "engine/engine.h"
+#include "engine/recording.h"
+#include "fusion/native.h"
+#include "trace/recorder.h"
+
+namespace neuron::engine {
+
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+std::atomic<uint64_t> g_programs{0}, g_segments_fused{0}, g_ops_fused_segments{0},
+    g_ops_tile_groups{0}, g_ops_per_op{0}, g_divergences{0}, g_blacklisted{0}, g_failures{0};
+std::atomic<int> g_open_windows{0};
+
+bool fusion_allowed() {
+  return mode() == Mode::kAdaptive && !at::globalContext().deterministicAlgorithms();
+}
+
+void fallback_event(const char* reason, uint8_t core) {
+  if (!trace::recording()) return;
+  auto& rec = trace::Recorder::instance();
+  trace::Event e;
+  e.time_ns = rec.now_ns();
+  e.kind = static_cast<uint8_t>(trace::EventKind::kFallback);
+  e.value = rec.intern_string(reason);
+  e.core = core;
+  rec.emit(e);
+}
+
+bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }
+
+void guard_policy_changed(const fusion::Policy& policy) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (auto& [key, rp] : r.ready) {
+    if (!policy.guard.enabled) {  // no guard: every program runs fused
+      rp->guard.reset();
+      rp->on_trial = false;
+      rp->per_op = false;
+      continue;
+    }
+    if (rp->guard && (rp->on_trial.load() || !rp->per_op.load())) continue;
+    // Demoted, or never guarded: a trial under the new settings, at once.
+    const bool retrial = rp->guard != nullptr;
+    rp->guard = std::make_shared<fusion::KeyGuard>(key, policy.guard);
+    rp->guard->start_trial();
+    rp->on_trial = true;
+    rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
+    count_guard_trial(retrial);
+    trace_cache().transition(key, trace::SegmentState::kOnTrial);
+  }
+}
+
+void reset_fusion_state() {
+  synchronize_all("reset fusion state");
+  fusion::NativeCompiler::instance().wait_idle();
+  Registry& r = registry();
+  {
+    std::lock_guard lock(r.mutex);
+    r.ready.clear();
+    r.by_first_signature.clear();
+    r.rejected.clear();
+  }
+  trace_cache().clear();
+}
+
+void reset_adaptive_stats() {
+  for (auto* c : {&g_programs, &g_segments_fused, &g_ops_fused_segments, &g_ops_tile_groups,
+                  &g_ops_per_op, &g_divergences, &g_blacklisted, &g_failures})
+    c->store(0);
+  reset_guard_counters();
+  backend::reset_native_counters();
+  fusion::NativeCompiler::instance().reset_stats();
+}
+
+AdaptiveStats adaptive_stats() {
+  AdaptiveStats s;
+  s.programs = g_programs;
+  s.segments_fused = g_segments_fused;
+  s.ops_in_fused_segments = g_ops_fused_segments;
+  s.ops_in_tile_groups = g_ops_tile_groups;
+  s.ops_per_op = g_ops_per_op;
+  s.divergences = g_divergences;
+  s.blacklisted = g_blacklisted;
+  s.failures = g_failures;
+  return s;
+}
+
+}  // namespace neuron::engine

@@ -1,0 +1,68 @@
+// The adaptive controller: hot segment keys get a fused program (tier 1, planned in
+// microseconds); ops that match a prefix of a ready program wait in the window; a full
+// match launches the segment as one work item, anything else runs per op. Correctness
+// never depends on a decision here: every path produces the per-op results.
+// Here: the registry of ready programs and what the controller's files share
+// (adaptive_window.cpp holds and matches ops, adaptive_cut.cpp decides at the cut).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "backend/native_group.h"
+#include "engine/stream_state.h"
+#include "fusion/guard.h"
+#include "fusion/planner.h"
+#include "fusion/policy.h"
+
+namespace neuron::engine {
+
+struct ReadyProgram {
+  uint64_t key = 0;
+  std::vector<int64_t> words;        // the segment's canonical form: a key hit is verified
+  std::vector<uint64_t> signatures;  // per op, for prefix matching
+  std::vector<uint32_t> step_of_op;  // per op: its step in the program
+  std::shared_ptr<const fusion::Program> program;
+  std::vector<std::shared_ptr<backend::NativeGroup>> natives;  // per step (tier 2)
+  std::shared_ptr<std::atomic<uint64_t>> failures = std::make_shared<std::atomic<uint64_t>>(0);
+  // The online guard (null when the policy turns it off: always fused). While per_op is
+  // set the key's occurrences run per op with nothing held: a trial's per-op turn, or
+  // a demoted key.
+  std::shared_ptr<fusion::KeyGuard> guard;
+  std::atomic<bool> on_trial{false};
+  std::atomic<bool> per_op{false};
+  std::atomic<bool> tier2_noted{false};
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::shared_ptr<ReadyProgram>> ready;
+  std::unordered_map<uint64_t, std::vector<std::shared_ptr<ReadyProgram>>> by_first_signature;
+  std::unordered_set<uint64_t> rejected;  // keys not worth fusing, or blacklisted
+};
+
+Registry& registry();
+
+// The controller's counters (adaptive_stats() reads them).
+extern std::atomic<uint64_t> g_programs, g_segments_fused, g_ops_fused_segments,
+    g_ops_tile_groups, g_ops_per_op, g_divergences, g_blacklisted, g_failures;
+extern std::atomic<int> g_open_windows;  // streams holding ops in their window
+
+// Adaptive mode, and no deterministic algorithms asked for.
+bool fusion_allowed();
+// Traces why ops run per op (a Fallback event).
+void fallback_event(const char* reason, uint8_t core);
+// Queues the window's held ops per op and stops holding (adaptive_window.cpp).
+void enqueue_per_op(StreamState& state, c10::DeviceIndex core, int64_t stream);
+// Whether any stream holds ops in its window.
+bool any_window_open();
+// A new policy: without a guard every program runs fused; with one, demoted and never
+// guarded programs start a trial under the new settings at once.
+void guard_policy_changed(const fusion::Policy& policy);
+
+}  // namespace neuron::engine
