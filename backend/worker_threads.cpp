@@ -1,6 +1,8 @@
 // How many intra-op threads a worker's items use, and where its OpenMP team runs: CPU
 // eager's thread count for items whose bits depend on it, one thread for the others while
 // the host is busy, work shared among the team once a host thread waits.
+#include "backend/worker_threads.h"
+
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <sched.h>
@@ -14,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "backend/op_work.h"
 #include "backend/stream.h"
 
 namespace neuron::backend {

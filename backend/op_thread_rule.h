@@ -1,0 +1,37 @@
+// Whether a work item's bits depend on its intra-op thread count: each op carries a rule
+// (OpWork::threads), applied to its tensors when it runs (op_thread_rule.cpp), with a
+// trial per geometry for matmuls and dim reductions (thread_trial.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace neuron::backend {
+
+class OpWork;
+
+// How a work item's bits depend on its intra-op thread count.
+enum class ThreadRule : uint8_t {
+  kFixed,        // they may (reductions, matmuls, FFT, ...): always CPU eager's count
+  kFree,         // they never do (tile groups, layer norm: each row on one thread)
+  kElementwise,  // elementwise kernels: only where ATen's split points fall on vector
+                 // boundaries (checked per item, see thread_free())
+  kRowLastDim,   // softmax / log_softmax (and log_softmax's backward): free over the last
+                 // dim (one row per thread)
+  kMatmul,       // matmuls: free where a trial per geometry finds equal bits (thread_trial.cpp)
+  kReduction,    // dim reductions (sum, mean): likewise
+};
+// (MKL's matmuls are not free in general: a 10x64 @ 64x256 float product differs in its
+// last bits between 1 and 2 threads; most shapes do not.)
+
+// Whether a kMatmul / kReduction item's bits are equal at one thread and at CPU eager's
+// count: decided once per geometry (op, sizes, strides, offsets, scalar arguments) on the
+// calling worker by running the op on random inputs both ways (thread_trial.cpp).
+bool trial_thread_free(const OpWork& work);
+struct ThreadTrialStats {
+  uint64_t trials = 0;  // geometries tried
+  uint64_t free = 0;    // of which equal bits: they run as free items
+};
+ThreadTrialStats thread_trial_stats();
+void reset_thread_trial_stats();
+
+}  // namespace neuron::backend
