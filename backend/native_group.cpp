@@ -1,18 +1,12 @@
+// The life cycle of a group's tier-2 kernel: the cost gate, the background build (with
+// retries), the cache probe, the trial verdict, and tier 1's tiled-or-whole choice.
 #include "backend/native_group.h"
 #include "backend/native_group_detail.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstring>
-#include <unordered_map>
 
 #include "fusion/native.h"
 #include "trace/log.h"
-#include "trace/op_registry.h"
 #include "trace/recorder.h"
 
 namespace neuron::backend {
@@ -25,76 +19,10 @@ std::atomic<uint64_t> g_requested{0}, g_unsupported{0}, g_built{0}, g_build_fail
 constexpr int kTrials = 3;
 constexpr uint32_t kMaxBuildFailures = 3;
 
-void emit_event(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration,
-                const std::string& reason = "") {
-  if (!trace::recording()) return;
-  auto& rec = trace::Recorder::instance();
-  trace::Event e;
-  e.time_ns = rec.now_ns() - std::min(rec.now_ns(), duration);
-  e.duration_ns = duration;
-  e.kind = static_cast<uint8_t>(kind);
-  e.value = reason.empty() ? key : rec.intern_string(reason);
-  e.aux = aux;
-  rec.emit(e);
-}
-
-// Tiles for the native kernel: only to spread the work over threads; a multiple of 64
-// so the scalar tail falls where tier 1 (and ATen) put it: at the end of the tensor.
-int64_t native_tile(int64_t numel) { return std::max<int64_t>(16384, (numel / 64 + 63) / 64 * 64); }
-
-
 }  // namespace
 
 namespace detail {
-
-uint64_t steady_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-void tier2_note(uint64_t key, const std::string& what) {
-  emit_event(trace::EventKind::kFallback, key, 0, 0, "tier 2: " + what);
-}
-
-char* data_of(const DeviceBuffer& storage, const trace::TensorMeta& m) {
-  return static_cast<char*>(storage.data) +
-         m.storage_offset * static_cast<int64_t>(c10::elementSize(static_cast<c10::ScalarType>(m.dtype)));
-}
-
-double scalar_value(const c10::IValue& v) {
-  if (v.isDouble()) return v.toDouble();
-  if (v.isInt()) return static_cast<double>(v.toInt());
-  if (v.isBool()) return v.toBool() ? 1.0 : 0.0;
-  return v.toScalar().toDouble();
-}
-
-bool same_value(const char* a, const char* b, fusion::ElemType type) {
-  if (type == fusion::ElemType::kFloat32) {
-    float x, y;
-    std::memcpy(&x, a, 4);
-    std::memcpy(&y, b, 4);
-    return std::memcmp(a, b, 4) == 0 || (std::isnan(x) && std::isnan(y));
-  }
-  double x, y;
-  std::memcpy(&x, a, 8);
-  std::memcpy(&y, b, 8);
-  return std::memcmp(a, b, 8) == 0 || (std::isnan(x) && std::isnan(y));
-}
-
-// The kernel element type of a group's dtype (float32 and float64 have kernels).
-bool element_type(c10::ScalarType dtype, fusion::ElemType& type, std::string& why_not) {
-  if (dtype == c10::kFloat)
-    type = fusion::ElemType::kFloat32;
-  else if (dtype == c10::kDouble)
-    type = fusion::ElemType::kFloat64;
-  else
-    return why_not = std::string("element type ") + c10::toString(dtype) + " (float32 and float64 only)", false;
-  return true;
-}
-
 void count_tier1_elements(size_t n) { g_unbound.fetch_add(n, std::memory_order_relaxed); }
-
 }  // namespace detail
 
 NativeCounters native_counters() {
@@ -106,95 +34,6 @@ void reset_native_counters() {
   for (auto* c : {&g_requested, &g_unsupported, &g_built, &g_build_failures, &g_accepted,
                   &g_rejected_slower, &g_rejected_mismatch, &g_runs, &g_unbound})
     c->store(0);
-}
-
-bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
-                             const fusion::Step& step, fusion::KernelSpec& spec,
-                             std::string& why_not) {
-  if (step.kind == fusion::Step::kForeachGroup) return build_foreach_spec(ops, step, spec, why_not);
-  const OpWork& first = *ops[step.first];
-  if (first.output_metas.empty()) return why_not = "no output", false;
-  const auto dtype = static_cast<c10::ScalarType>(first.output_metas[0].dtype);
-  if (!element_type(dtype, spec.type, why_not)) return false;
-
-  std::unordered_map<uint64_t, int32_t> produced;  // storage -> op of the group
-  std::unordered_map<uint64_t, int32_t> external;  // storage -> pointer index
-  NativeBinding binding;
-  auto& registry = trace::OpRegistry::instance();
-  for (uint32_t k = 0; k < step.count; ++k) {
-    const OpWork& op = *ops[step.first + k];
-    fusion::KernelOp kop;
-    kop.name = registry.name(op.record.op);
-    if (!fusion::native_op_supported(kop.name, spec.type))
-      return why_not = kop.name + " has no native formula for this element type", false;
-    if (op.output_metas.size() != 1 || static_cast<c10::ScalarType>(op.output_metas[0].dtype) != dtype)
-      return why_not = kop.name + ": output type differs from the group's", false;
-    for (size_t a = 0; a < op.slots.size(); ++a) {
-      const ArgSlot& slot = op.slots[a];
-      fusion::KernelArg arg;
-      if (slot.kind == SlotKind::kValue) {
-        const c10::IValue& v = op.values[a];
-        if (v.isDouble() || v.isInt() || (v.isScalar() && !v.isBool() && !v.isComplexDouble())) {
-          arg.kind = fusion::KernelArg::kScalar;
-          arg.index = static_cast<int32_t>(binding.scalars.size());
-          binding.scalars.push_back({k, false, static_cast<uint32_t>(a)});
-        } else if (v.isString()) {
-          arg.kind = fusion::KernelArg::kConst;
-          arg.text = v.toStringRef();
-        } else if (v.isNone()) {
-          arg.kind = fusion::KernelArg::kConst;
-          arg.text = "None";
-        } else {
-          return why_not = kop.name + ": argument " + std::to_string(a) + " is not a number", false;
-        }
-      } else if (slot.kind == SlotKind::kTensor) {
-        const trace::TensorMeta& m = op.record.tensors[slot.first];
-        const TensorSource& src = op.inputs[slot.first];
-        if (!m.defined) return why_not = kop.name + ": undefined tensor argument", false;
-        if (!src.storage) {
-          if (!src.host.defined() || src.host.dim() != 0)
-            return why_not = kop.name + ": host tensor argument", false;
-          arg.kind = fusion::KernelArg::kScalar;
-          arg.index = static_cast<int32_t>(binding.scalars.size());
-          binding.scalars.push_back({k, true, slot.first});
-        } else if (m.ndim > 0 && m.numel() != step.numel) {
-          return why_not = kop.name + ": operand broadcast along rows", false;
-        } else if (static_cast<c10::ScalarType>(m.dtype) != dtype) {
-          return why_not = kop.name + ": operand type differs from the group's", false;
-        } else if (m.ndim == 0) {
-          arg.kind = fusion::KernelArg::kScalarInput;
-          arg.index = static_cast<int32_t>(binding.pointers.size());
-          binding.pointers.push_back({k, false, slot.first});
-        } else if (auto p = produced.find(m.storage); p != produced.end()) {
-          arg.kind = fusion::KernelArg::kValue;
-          arg.index = p->second;
-        } else if (auto e = external.find(m.storage); e != external.end()) {
-          arg.kind = fusion::KernelArg::kInput;
-          arg.index = e->second;
-        } else {
-          arg.kind = fusion::KernelArg::kInput;
-          arg.index = static_cast<int32_t>(binding.pointers.size());
-          external[m.storage] = arg.index;
-          binding.pointers.push_back({k, false, slot.first});
-        }
-      } else {
-        return why_not = kop.name + ": tensor-list argument", false;
-      }
-      kop.args.push_back(std::move(arg));
-    }
-    if (!step.scratch[k][0]) {
-      kop.store = static_cast<int32_t>(binding.pointers.size());
-      binding.pointers.push_back({k, true, 0});
-    }
-    produced[op.output_storages[0].id] =
-        static_cast<int32_t>(k);
-    spec.ops.push_back(std::move(kop));
-  }
-  spec.pointers = static_cast<int32_t>(binding.pointers.size());
-  spec.scalars = static_cast<int32_t>(binding.scalars.size());
-  binding_ = std::move(binding);
-  type_ = spec.type;
-  return true;
 }
 
 std::optional<std::string> NativeGroup::kernel_source(const std::vector<std::unique_ptr<OpWork>>& ops,
@@ -219,11 +58,11 @@ void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
   state_.store(kBuilding);
   g_requested.fetch_add(1);
   const uint64_t key = segment_key_;
-  emit_event(trace::EventKind::kCompileStart, key, 2, 0);
+  emit_tier2_event(trace::EventKind::kCompileStart, key, 2, 0);
   // The callback keeps the group alive (programs can be dropped by reset_fusion_state).
   fusion::NativeCompiler::instance().submit(std::move(*source), [self = shared_from_this(), this, key](const fusion::NativeResult& r) {
     if (trace::recording()) trace::Recorder::instance().thread_id("compiler");
-    emit_event(trace::EventKind::kCompileEnd, key, 2, r.build_ns);
+    emit_tier2_event(trace::EventKind::kCompileEnd, key, 2, r.build_ns);
     std::lock_guard lock(mutex_);
     kernel_key_ = r.key;
     if (r.fn == nullptr) {
@@ -251,39 +90,6 @@ void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
   });
 }
 
-void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,
-                             const fusion::Step& step, const std::vector<char*>* output_override) {
-  fusion::NativeKernelFn fn = fn_.load();
-  std::vector<char*> ptrs(binding_.pointers.size());
-  size_t next_output = 0;
-  for (size_t i = 0; i < ptrs.size(); ++i) {
-    const auto& b = binding_.pointers[i];
-    const OpWork& op = *ops[step.first + b.op];
-    if (b.output)
-      ptrs[i] = output_override ? (*output_override)[next_output++]
-                                : data_of(op.output_storages[b.index], op.output_metas[b.index]);
-    else
-      ptrs[i] = data_of(op.inputs[b.index].storage, op.record.tensors[b.index]);
-  }
-  std::vector<double> scalars(binding_.scalars.size());
-  for (size_t i = 0; i < scalars.size(); ++i) {
-    const auto& b = binding_.scalars[i];
-    const OpWork& op = *ops[step.first + b.op];
-    scalars[i] = b.from_tensor ? op.inputs[b.index].host.item<double>() : scalar_value(op.values[b.index]);
-  }
-  const int64_t numel = step.numel;
-  const int64_t tile = native_tile(numel);
-  const int64_t tiles = (numel + tile - 1) / tile;
-  // Tiles never depend on the thread count. Small groups stay on this thread (waking a
-  // helper costs more than they take); larger ones spread once the host waits.
-  if (numel * static_cast<int64_t>(ptrs.size()) < kSpreadElements) {
-    set_item_threads_to(1);
-    for (int64_t t = 0; t < tiles; ++t) fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data());
-    return;
-  }
-  run_free_units(tiles, [&](int64_t t) { fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data()); });
-}
-
 void NativeGroup::before_first_run(const std::vector<std::unique_ptr<OpWork>>& ops,
                                    const fusion::Step& step) {
   if (probed_.load(std::memory_order_relaxed) || policy_.tier == fusion::Tier::kInstant) return;
@@ -309,35 +115,6 @@ bool NativeGroup::try_run(const std::vector<std::unique_ptr<OpWork>>& ops, const
     run_kernel(ops, step, nullptr);
   g_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
-}
-
-void NativeGroup::trial(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
-                        uint64_t tier1_ns) {
-  // Tier 1 already wrote the results; tier 2 writes into scratch copies, then both are
-  // compared element by element (NaN equals NaN; every other value bit for bit).
-  const size_t elem = type_ == fusion::ElemType::kFloat32 ? 4 : 8;
-  std::vector<at::Tensor> scratch;
-  std::vector<char*> outs;
-  for (const auto& b : binding_.pointers)
-    if (b.output) {
-      scratch.push_back(at::empty({step.numel}, at::TensorOptions().dtype(
-                                                     type_ == fusion::ElemType::kFloat32 ? c10::kFloat : c10::kDouble)));
-      outs.push_back(static_cast<char*>(scratch.back().data_ptr()));
-    }
-  const uint64_t start = steady_ns();
-  run_kernel(ops, step, &outs);
-  const uint64_t tier2_ns = steady_ns() - start;
-  bool equal = true;
-  size_t o = 0;
-  for (const auto& b : binding_.pointers) {
-    if (!b.output) continue;
-    const OpWork& op = *ops[step.first + b.op];
-    const char* want = data_of(op.output_storages[b.index], op.output_metas[b.index]);
-    const char* got = outs[o++];
-    for (int64_t i = 0; i < step.numel && equal; ++i)
-      equal = same_value(want + i * elem, got + i * elem, type_);
-  }
-  judge(equal, tier1_ns, tier2_ns);
 }
 
 // A trial's verdict: a kernel that differs from tier 1 is dropped; after kTrials that

@@ -1,5 +1,6 @@
-// Helpers shared by the tier-2 group code (native_group.cpp: tile groups and the life
-// cycle; native_foreach.cpp: foreach groups). Internal to the backend.
+// Helpers shared by the tier-2 group code (native_group.cpp: the life cycle;
+// native_pointwise.cpp: tile groups; native_foreach.cpp: foreach groups), defined in
+// native_group_detail.cpp. Internal to the backend.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +8,13 @@
 
 #include "backend/op_work.h"
 #include "fusion/codegen.h"
+#include "trace/event.h"
 
 namespace neuron::backend::detail {
 
+// A trace event about a group's tier 2 (reason, when given, replaces the key as value).
+void emit_tier2_event(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration,
+                      const std::string& reason = "");
 uint64_t steady_ns();
 void tier2_note(uint64_t key, const std::string& what);
 char* data_of(const DeviceBuffer& storage, const trace::TensorMeta& m);
