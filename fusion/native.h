@@ -1,9 +1,9 @@
-// Tier 2 build service: compiles generated kernel sources with the system compiler in the
-// background (TBB), loads them with dlopen, and keeps them in a memory cache and a
-// persistent disk cache (NEURON_CACHE_DIR): atomic writes (temp file + rename), a lock per
-// key across processes (flock), entries checksummed before they are loaded, and keys
-// versioned by engine, torch, compiler and flags. A corrupt or half-written entry is
-// rebuilt; a failing compiler is reported, never fatal.
+// Tier 2 build service: compiles generated kernel sources with the system compiler
+// (compiler_process) in the background (compile_pool), loads them with dlopen, and keeps
+// them in a memory cache and a persistent disk cache (native_cache, NEURON_CACHE_DIR):
+// atomic writes (atomic_file), a lock per key across processes, entries checksummed
+// before they are loaded, and keys versioned by engine, torch, compiler and flags. A
+// corrupt or half-written entry is rebuilt; a failing compiler is reported, never fatal.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,8 @@
 #include "fusion/codegen.h"
 
 namespace neuron::fusion {
+
+class NativeCache;
 
 struct NativeOptions {
   std::string compiler = "c++";          // NEURON_CXX
@@ -69,7 +71,9 @@ class NativeCompiler {
   NativeResult build_locked_on_disk(const std::string& source, const std::string& key,
                                     bool compile);
   bool find_in_memory(const std::string& key, NativeResult& r);
-  NativeResult compile_to(const std::string& source, const std::string& so_path,
+  // Keeps a loaded kernel in the memory cache.
+  void remember(const NativeResult& r);
+  NativeResult compile_to(const std::string& source, const NativeCache& cache,
                           const std::string& key);
 
   mutable std::mutex mutex_;
@@ -80,8 +84,5 @@ class NativeCompiler {
   std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0}, failures_{0}, corrupt_{0};
   std::atomic<int64_t> in_flight_{0};
 };
-
-// Checksum of a file's bytes (XXH3, hex); empty when it cannot be read.
-std::string file_checksum(const std::string& path);
 
 }  // namespace neuron::fusion

@@ -1,0 +1,70 @@
+#include "fusion/compiler_process.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "fusion/atomic_file.h"
+
+extern char** environ;
+
+namespace neuron::fusion {
+
+int run_process(const std::vector<std::string>& argv, const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string compiler_version(const std::string& compiler) {
+  char tmpl[] = "/tmp/neuron-cxx-version-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  std::string id = "unknown compiler " + compiler;
+  if (fd >= 0) {
+    ::close(fd);
+    if (run_process({compiler, "--version"}, tmpl) == 0) {
+      std::string text = read_text(tmpl);
+      id = text.substr(0, text.find('\n'));
+    }
+    ::unlink(tmpl);
+  }
+  return id;
+}
+
+int compile_shared_object(const std::string& compiler, const std::vector<std::string>& flags,
+                          const std::vector<std::string>& link_flags,
+                          const std::string& source_path, const std::string& out_path,
+                          const std::string& log_path) {
+  std::vector<std::string> argv = {compiler};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {"-shared", "-fPIC", "-o", out_path, source_path});
+  argv.insert(argv.end(), link_flags.begin(), link_flags.end());
+  return run_process(argv, log_path);
+}
+
+std::string last_lines(const std::string& text, int lines) {
+  size_t pos = text.size();
+  for (int n = 0; n <= lines && pos != std::string::npos && pos > 0; ++n)
+    pos = text.rfind('\n', pos - 1);
+  return pos == std::string::npos ? text : text.substr(pos + 1);
+}
+
+}  // namespace neuron::fusion
