@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,12 +31,13 @@ struct RecordedSegment {
 
 // A recorded trace prepared once (dataflow resolved, timings gathered), replayed per policy.
 struct ReplayTrace {
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();  // no op / segment
   // Per op, in seq order.
   std::vector<uint64_t> seq, signature, bytes, flops, exec_ns;
   std::vector<uint32_t> op, stream;
   std::vector<uint8_t> measured;      // an OpExecute gave exec_ns
   std::vector<uint8_t> forced_after;  // trace::CutReason of a forced cut after the op, or 0
-  std::vector<uint32_t> recorded;     // index of the op's recorded segment, or UINT32_MAX
+  std::vector<uint32_t> recorded;     // index of the op's recorded segment, or kNone
   // Tensor slots (inputs, then outputs) of op i: [slot_begin[i], slot_begin[i + 1]).
   std::vector<uint32_t> slot_begin, slot_class;  // class: storage identity, 0 = no tensor
   std::vector<uint8_t> slot_output, slot_dead;   // dead: a dead output at the recorded cut
