@@ -39,6 +39,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     ss.outputs.clear();
     ss.plan.clear();
     ss.pinned.clear();
+    ss.identities.clear();
     return;
   }
   // An output is alive if the program still holds it, or holds a view of its storage.
@@ -58,6 +59,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   ss.outputs.clear();
   if (!closed) {
     ss.pinned.clear();
+    ss.identities.clear();
     return;
   }
   const uint64_t count = observe_segment(*s, core, stream);
@@ -71,6 +73,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   adaptive_cut(ss, *s, count, core, stream);
   // Only now, with the held ops queued: a storage freed here is reused after they ran.
   ss.pinned.clear();
+  ss.identities.clear();
 }
 
 }  // namespace
@@ -132,20 +135,28 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
     // A repeat of the open segment's start (a loop iteration): close it before this op.
     if (ss.segmenter.cut_before(op)) flush_locked(ss, trace::CutReason::kContent, core, stream);
     if (recording) link_dataflow(core, stream, op, links);
-    // Storages of the open segment stay alive until its cut (their identities key it and
-    // held ops use their memory); the caller still holds the inputs here.
+    // The caller still holds the inputs here (the op may be queued and run below).
+    thread_local std::vector<c10::StorageImpl*> touched;
+    touched.clear();
     for (const auto& src : work.inputs)
-      if (src.storage)
-        ss.pinned.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
-            reinterpret_cast<c10::StorageImpl*>(src.storage.id)));
+      if (src.storage) touched.push_back(reinterpret_cast<c10::StorageImpl*>(src.storage.id));
+    for (const auto& t : fresh_outputs)
+      if (t.defined()) touched.push_back(t.storage().unsafeGetStorageImpl());
     if (adaptive) {
       fusion::PlanOp plan_op = plan_op_of(work, info);
       plan_op.outputs.assign(op.outputs.begin(), op.outputs.end());
       for (auto& v : plan_op.outputs) if (v == 0) v = -1;
       adaptive_take(ss, std::move(owned), std::move(plan_op), op.signature, core, stream);
     }
-    for (const auto& t : fresh_outputs)
-      if (t.defined()) ss.pinned.push_back(t.storage());
+    // Storages of the open segment keep their identity until its cut (no StorageImpl is
+    // freed and its address reused, so dataflow edges stay exact); while ops are held
+    // their memory stays too (held ops read it once queued). Ops queued at once let
+    // their memory go as in eager mode: a weak reference keeps only the identity.
+    for (c10::StorageImpl* impl : touched) {
+      auto strong = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl);
+      if (ss.holding) ss.pinned.emplace_back(std::move(strong));
+      else ss.identities.emplace_back(strong);
+    }
     for (const auto& t : fresh_outputs)
       ss.outputs.emplace_back(t.defined() ? c10::weak_intrusive_ptr<c10::TensorImpl>(
                                                 t.getIntrusivePtr())

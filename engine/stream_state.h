@@ -31,9 +31,11 @@ struct StreamState {
   uint32_t released = 0;
   uint32_t released_extern = 0;  // of those, single extern ops (counted per op until a match)
   std::vector<uint64_t> viewed;  // storages of open-segment outputs that views were taken of
-  // Every storage the open segment touches stays alive until the cut, so no address is
-  // reused inside a segment: dataflow edges (keyed by storage identity) are exact.
+  // Storages held ops touch stay alive until the cut (the ops read them once queued).
   std::vector<c10::Storage> pinned;
+  // Storages it touched outside held ops: weak, so their memory is freed as in eager mode
+  // while their StorageImpl (whose address is their identity) is not reused before the cut.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> identities;
   // Buffers the cut reuses (it allocates nothing once they have grown).
   std::vector<bool> cut_alive;
   std::vector<uint64_t> cut_outputs;

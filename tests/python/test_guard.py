@@ -29,17 +29,19 @@ def run(xn, n):
 
 
 def test_a_program_that_cannot_win_by_the_margin_is_demoted_and_runs_per_op(adaptive, tmp_path):
-    # One pair per trial, and a program must halve the key's time to stay: a 4-op chain
-    # on 64 elements cannot (holding its ops costs more than it saves), so it is demoted.
-    neuron_eager.set_policy({"guard_min_pairs": 1, "guard_max_pairs": 1, "guard_margin": 0.5,
-                             "guard_retry_after": 1000000, "min_group_elements": 0})
+    # Five pairs per trial, and a program must halve the key's median time to stay: a 4-op
+    # chain on 64 elements cannot (holding its ops costs more than it saves), so it is
+    # demoted (only 3 of 5 pairs with a per-op outlier of 2x could keep it).
+    policy = {"guard_min_pairs": 5, "guard_max_pairs": 5, "guard_margin": 0.5,
+              "guard_early_pairs": 5, "min_group_elements": 0}
+    neuron_eager.set_policy({**policy, "guard_retry_after": 1000000})
     x = torch.randn(64)
     expected = chain(x)
     xn = x.to("neuron")
     path = tmp_path / "g.ntrace"
     before = neuron_eager.counters()
     with ntrace.record(str(path)):
-        outs = run(xn, 12)
+        outs = run(xn, 20)
     mid = neuron_eager.counters()
     outs += run(xn, 10)
     after = neuron_eager.counters()
@@ -51,14 +53,13 @@ def test_a_program_that_cannot_win_by_the_margin_is_demoted_and_runs_per_op(adap
     t = ntrace.load(str(path))
     verdicts = t.events[t.events["kind"] == 16]
     assert len(verdicts) == 1
-    assert verdicts[0]["flags"] in (2, 3) and verdicts[0]["op"] == 1  # demoted after 1 pair
+    assert verdicts[0]["flags"] in (2, 3) and verdicts[0]["op"] == 5  # demoted after 5 pairs
     assert verdicts[0]["aux"] > 0 and verdicts[0]["seq"] > 0         # both medians measured
     states = t.events[t.events["kind"] == 17]
     moves = [(int(f) >> 8, int(f) & 0xFF) for f in states["flags"]]
     assert (0, 1) in moves and (1, 2) in moves and (2, 5) in moves  # cold->hot->on_trial->demoted
     # A new policy re-tries demoted keys at once.
-    neuron_eager.set_policy({"guard_min_pairs": 1, "guard_max_pairs": 1, "guard_margin": 0.5,
-                             "min_group_elements": 0})
+    neuron_eager.set_policy(policy)
     outs = run(xn, 6)
     for o in outs:
         assert torch.equal(o, expected)
