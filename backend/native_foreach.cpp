@@ -235,7 +235,7 @@ void NativeGroup::run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>&
   unbound.clear();
   // Large tensors are cut into pieces (a multiple of 64 elements, so vector tails fall at
   // each tensor's end) to spread them over threads.
-  constexpr int64_t kPiece = int64_t{1} << 16;
+  const auto piece = static_cast<int64_t>(policy_.foreach_piece_elements);
   int64_t elements = 0;
   for (uint32_t i = 0; i < list; ++i) {
     const int64_t n = bind_element(ops, step, binding_, dtype, i, &ptrs[i * np]);
@@ -251,14 +251,14 @@ void NativeGroup::run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>&
       const c10::IValue& v = ops[step.first + b.op]->values[b.index];
       scalars[i * ns + s] = scalar_value(v.isList() ? v.toListRef()[i] : v);
     }
-    for (int64_t lo = 0; lo < n; lo += kPiece) units.push_back({i, lo, std::min(n, lo + kPiece)});
+    for (int64_t lo = 0; lo < n; lo += piece) units.push_back({i, lo, std::min(n, lo + piece)});
     elements += n;
   }
   char** const P = ptrs.data();
   const double* const S = scalars.data();
   const Unit* const U = units.data();
   auto unit = [&](int64_t u) { fn(U[u].begin, U[u].end, P + U[u].element * np, S + U[u].element * ns); };
-  if (elements * static_cast<int64_t>(np) < kSpreadElements) {  // not worth waking a helper
+  if (elements * static_cast<int64_t>(np) < static_cast<int64_t>(policy_.spread_elements)) {  // not worth waking a helper
     set_item_threads_to(1);
     for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) unit(u);
   } else {

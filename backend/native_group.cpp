@@ -16,9 +16,6 @@ namespace {
 std::atomic<uint64_t> g_requested{0}, g_unsupported{0}, g_built{0}, g_build_failures{0},
     g_accepted{0}, g_rejected_slower{0}, g_rejected_mismatch{0}, g_runs{0}, g_unbound{0};
 
-constexpr int kTrials = 3;
-constexpr uint32_t kMaxBuildFailures = 3;
-
 }  // namespace
 
 namespace detail {
@@ -68,9 +65,10 @@ void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
     if (r.fn == nullptr) {
       g_build_failures.fetch_add(1);
       ++build_failures_;
-      // Backoff: retry after 5 s, 20 s; then give up on this group.
-      retry_after_ns_ = steady_ns() + 5'000'000'000ull * (1ull << (2 * (build_failures_ - 1)));
-      state_.store(build_failures_ >= kMaxBuildFailures ? kFailed : kIdle);
+      // Backoff (by default retried after 5 s, 20 s; then the group stays on tier 1).
+      const uint64_t now = steady_ns(), delay = policy_.native_retry_delay_ns(build_failures_);
+      retry_after_ns_ = delay > UINT64_MAX - now ? UINT64_MAX : now + delay;
+      state_.store(policy_.native_gives_up(build_failures_) ? kFailed : kIdle);
       tier2_note(key, "build failed (tier 1 kept): " + r.error);
       trace::log(trace::LogLevel::kWarn, "tier-2 build failed; the segment keeps running on tier 1 (retried with backoff): " + r.error);
       return;
@@ -117,7 +115,7 @@ bool NativeGroup::try_run(const std::vector<std::unique_ptr<OpWork>>& ops, const
   return true;
 }
 
-// A trial's verdict: a kernel that differs from tier 1 is dropped; after kTrials that
+// A trial's verdict: a kernel that differs from tier 1 is dropped; after native_trials that
 // matched, the faster tier stays.
 void NativeGroup::judge(bool equal, uint64_t tier1_ns, uint64_t tier2_ns) {
   if (!equal) {
@@ -128,7 +126,7 @@ void NativeGroup::judge(bool equal, uint64_t tier1_ns, uint64_t tier2_ns) {
   }
   trial_tier1_.push_back(tier1_ns);
   trial_tier2_.push_back(tier2_ns);
-  if (static_cast<int>(trial_tier1_.size()) < kTrials) return;
+  if (trial_tier1_.size() < policy_.native_trials) return;
   auto median = [](std::vector<uint64_t> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -155,11 +153,11 @@ bool NativeGroup::run_whole_next() {
 }
 
 void NativeGroup::note_tier1(bool whole, uint64_t ns) {
-  constexpr size_t kEach = 3;
+  const size_t each = policy_.tier1_choice_runs;
   if (tier1_choice_.load(std::memory_order_relaxed) != 0) return;
   std::lock_guard lock(mutex_);
   (whole ? whole_ns_ : tiled_ns_).push_back(ns);
-  if (whole_ns_.size() < kEach || tiled_ns_.size() < kEach) return;
+  if (whole_ns_.size() < each || tiled_ns_.size() < each) return;
   auto median = [](std::vector<uint64_t> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -180,16 +178,12 @@ void NativeGroup::after_tier1(const std::vector<std::unique_ptr<OpWork>>& ops,
     ++tier1_runs_;
     tier1_total_ns_ += tier1_ns;
     if (steady_ns() < retry_after_ns_) return;
-    bool go = policy_.tier == fusion::Tier::kNative;
-    if (!go && tier1_runs_ >= policy_.native_min_runs) {
-      // Cost gate: measured tier-1 time x expected saving x expected repeats must beat
-      // the build's cost.
+    if (policy_.should_build_native(tier1_total_ns_, tier1_runs_)) {
+      request(ops, step);
+    } else if (tier1_runs_ == policy_.native_min_runs) {
       const double avg_us = static_cast<double>(tier1_total_ns_) / static_cast<double>(tier1_runs_) / 1000.0;
-      go = avg_us * policy_.native_saving * policy_.expected_repeats > policy_.compile_cost_us_native;
-      if (!go && tier1_runs_ == policy_.native_min_runs)
-        tier2_note(segment_key_, "not built: fails the cost gate (tier 1 takes " + std::to_string(avg_us) + " us)");
+      tier2_note(segment_key_, "not built: fails the cost gate (tier 1 takes " + std::to_string(avg_us) + " us)");
     }
-    if (go) request(ops, step);
   } else if (s == kTrial) {
     std::lock_guard lock(mutex_);
     if (state_.load() != kTrial) return;

@@ -11,13 +11,6 @@
 
 namespace neuron::backend {
 using namespace detail;
-namespace {
-
-// Tiles for the native kernel: only to spread the work over threads; a multiple of 64
-// so the scalar tail falls where tier 1 (and ATen) put it: at the end of the tensor.
-int64_t native_tile(int64_t numel) { return std::max<int64_t>(16384, (numel / 64 + 63) / 64 * 64); }
-
-}  // namespace
 
 bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
                              const fusion::Step& step, fusion::KernelSpec& spec,
@@ -129,11 +122,13 @@ void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,
     scalars[i] = b.from_tensor ? op.inputs[b.index].host.item<double>() : scalar_value(op.values[b.index]);
   }
   const int64_t numel = step.numel;
-  const int64_t tile = native_tile(numel);
+  // Tiles only spread the work over threads; a multiple of 64 elements, so the scalar
+  // tail falls where tier 1 (and ATen) put it: at the end of the tensor.
+  const int64_t tile = policy_.native_tile(numel);
   const int64_t tiles = (numel + tile - 1) / tile;
   // Tiles never depend on the thread count. Small groups stay on this thread (waking a
   // helper costs more than they take); larger ones spread once the host waits.
-  if (numel * static_cast<int64_t>(ptrs.size()) < kSpreadElements) {
+  if (numel * static_cast<int64_t>(ptrs.size()) < static_cast<int64_t>(policy_.spread_elements)) {
     set_item_threads_to(1);
     for (int64_t t = 0; t < tiles; ++t) fn(t * tile, std::min(numel, (t + 1) * tile), ptrs.data(), scalars.data());
     return;

@@ -14,7 +14,7 @@ int64_t OpWork::work_elements() const {
 }
 
 int64_t OpWork::matmul_work() const {
-  // Multiply-adds over 32, in elementwise-op equivalents for kSpreadElements: output
+  // Multiply-adds over 32, in elementwise-op equivalents for spread_elements(): output
   // elements times the inner dim, the next-to-last dim of the last tensor argument (mat2
   // of mm, addmm, bmm, baddbmm; vec of mv, addmv).
   if (record.tensors.empty() || output_metas.empty()) return work_elements();
@@ -70,7 +70,7 @@ void OpWork::set_threads() const {
     // Large products take CPU eager's count even while the host is busy (the host soon
     // waits for them; one thread would leave a core idle for the rest of the product).
     const int64_t work = matmul_work();
-    set_item_threads(work < kLargeMatmulWork && thread_free(), work);
+    set_item_threads(work < large_matmul_work() && thread_free(), work);
   } else {
     set_item_threads(thread_free(), work_elements());
   }

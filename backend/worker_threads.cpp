@@ -22,6 +22,8 @@ namespace neuron::backend {
 
 namespace {
 std::atomic<int> g_large_threads{1};
+std::atomic<int64_t> g_spread_elements{static_cast<int64_t>(fusion::Policy{}.spread_elements)};
+std::atomic<int64_t> g_large_matmul_work{static_cast<int64_t>(fusion::Policy{}.large_matmul_work)};
 thread_local int t_threads = -1;
 using SetThreads = void (*)(int);
 SetThreads omp_setter() {
@@ -32,6 +34,13 @@ SetThreads omp_setter() {
 
 void set_large_item_threads(int threads) { g_large_threads.store(std::max(1, threads)); }
 int large_item_threads() { return g_large_threads.load(std::memory_order_relaxed); }
+
+void set_thread_policy(const fusion::Policy& policy) {
+  g_spread_elements.store(static_cast<int64_t>(policy.spread_elements), std::memory_order_relaxed);
+  g_large_matmul_work.store(static_cast<int64_t>(policy.large_matmul_work), std::memory_order_relaxed);
+}
+int64_t spread_elements() { return g_spread_elements.load(std::memory_order_relaxed); }
+int64_t large_matmul_work() { return g_large_matmul_work.load(std::memory_order_relaxed); }
 
 namespace {
 struct TeamPlacement {
@@ -147,7 +156,7 @@ void set_item_threads(bool free, int64_t elements) {
   const int cpu = g_large_threads.load(std::memory_order_relaxed);
   if (!free || cpu == 1) return set_item_threads_to(cpu);
   const Stream* stream = Stream::current_worker_stream();
-  const bool spread = elements >= kSpreadElements && stream != nullptr && stream->host_needs_threads();
+  const bool spread = elements >= spread_elements() && stream != nullptr && stream->host_needs_threads();
   set_item_threads_to(spread ? cpu : 1);
 }
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusion/policy.h"
+
 namespace neuron::backend {
 
 // Intra-op threads for one work item on the worker. Items whose bits may depend on the
@@ -15,16 +17,19 @@ namespace neuron::backend {
 // dispatching thread needs the other core: two threads on a shared core made every
 // parallel region wait for a time slice) and CPU eager's count while a host thread waits
 // for this stream or the stream is far behind, and the item touches at least
-// kSpreadElements elements (smaller ones cost more to wake a helper for than they save).
+// spread_elements() elements (smaller ones cost more to wake a helper for than they save).
 void set_item_threads(bool free, int64_t elements);
-constexpr int64_t kSpreadElements = int64_t{1} << 18;
-// A matmul free of the thread count counts multiply-adds / 32 (OpWork::matmul_work):
-// below kSpreadElements (8M multiply-adds) it runs on one thread even while the host
-// waits (mlp_train's 64x256x256 products: waking a sleeping team thread for each cost more
-// than the second core gave); from kLargeMatmulWork (16M) on it takes CPU eager's count
-// even while the host is busy, as a fixed item does (the host soon waits for it, and one
-// thread would leave a core idle for the rest of the product).
-constexpr int64_t kLargeMatmulWork = 2 * kSpreadElements;
+// The policy's thresholds for per-op items and tier-1 groups (tier-2 groups read their
+// program's policy): spread_elements, and large_matmul_work for a matmul free of the
+// thread count, which counts multiply-adds / 32 (OpWork::matmul_work). By default one
+// below 8M multiply-adds runs on one thread even while the host waits (mlp_train's
+// 64x256x256 products: waking a sleeping team thread for each cost more than the second
+// core gave); from 16M on it takes CPU eager's count even while the host is busy, as a
+// fixed item does (the host soon waits for it, and one thread would leave a core idle
+// for the rest of the product). Until set_thread_policy is called, the default policy's.
+void set_thread_policy(const fusion::Policy& policy);
+int64_t spread_elements();
+int64_t large_matmul_work();
 void set_large_item_threads(int threads);
 int large_item_threads();
 // Runs units [0, n) of work whose bits do not depend on which thread runs a unit: on

@@ -1,6 +1,8 @@
 #include "fusion/policy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -53,6 +55,27 @@ std::string fmt(double d) {
   return s.str();
 }
 
+// A whole-number knob, range checked (and, with multiple > 1, divisibility) when set.
+template <typename T>
+Knob uint_knob(const char* name, const char* range, uint64_t lo, uint64_t hi, T Policy::*field,
+               const char* meaning, uint64_t multiple = 1) {
+  return {name, range, meaning,
+          [=](Policy& p, const std::string& v) {
+            T n{};
+            if (!parse_uint(v, lo, hi, n) || n % multiple != 0) return false;
+            p.*field = n;
+            return true;
+          },
+          [=](const Policy& p) { return std::to_string(p.*field); }};
+}
+
+Knob double_knob(const char* name, const char* range, double lo, double hi, double Policy::*field,
+                 const char* meaning) {
+  return {name, range, meaning,
+          [=](Policy& p, const std::string& v) { return parse_double(v, lo, hi, p.*field); },
+          [=](const Policy& p) { return fmt(p.*field); }};
+}
+
 // Knobs of the guard's settings, ranges checked when set.
 Knob guard_uint(const char* name, const char* range, uint64_t lo, uint64_t hi,
                 uint64_t (*get)(const GuardSettings&), void (*set)(GuardSettings&, uint64_t),
@@ -79,19 +102,14 @@ const std::vector<Knob>& knobs() {
       {"name", "any text", "a label written into traces",
        [](Policy& p, const std::string& v) { p.name = v; return !v.empty(); },
        [](const Policy& p) { return "\"" + p.name + "\""; }},
-      {"hot_threshold", "integer 1..1000000", "occurrences before a segment may compile",
-       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 1000000, p.hot_threshold); },
-       [](const Policy& p) { return std::to_string(p.hot_threshold); }},
-      {"max_segment_length", "integer 1..4096", "ops per segment at most",
-       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 4096, p.max_segment_length); },
-       [](const Policy& p) { return std::to_string(p.max_segment_length); }},
-      {"rolling_window", "integer 1..64", "ops hashed by the rolling content hash",
-       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 64, p.rolling_window); },
-       [](const Policy& p) { return std::to_string(p.rolling_window); }},
-      {"rolling_bits", "integer 0..16 (0 disables content cuts)",
-       "content cut when that many low hash bits are zero",
-       [](Policy& p, const std::string& v) { return parse_uint(v, 0, 16, p.rolling_bits); },
-       [](const Policy& p) { return std::to_string(p.rolling_bits); }},
+      uint_knob("hot_threshold", "integer 1..1000000", 1, 1000000, &Policy::hot_threshold,
+                "occurrences before a segment may compile"),
+      uint_knob("max_segment_length", "integer 1..4096", 1, 4096, &Policy::max_segment_length,
+                "ops per segment at most"),
+      uint_knob("rolling_window", "integer 1..64", 1, 64, &Policy::rolling_window,
+                "ops hashed by the rolling content hash"),
+      uint_knob("rolling_bits", "integer 0..16 (0 disables content cuts)", 0, 16, &Policy::rolling_bits,
+                "content cut when that many low hash bits are zero"),
       {"cut_after_matmul", "true or false", "a run of matmul-class ops (mm, bmm, addmm, attention, ...) ends a segment",
        [](Policy& p, const std::string& v) { return parse_bool(v, p.cut_after_matmul); },
        [](const Policy& p) { return std::string(p.cut_after_matmul ? "true" : "false"); }},
@@ -117,41 +135,49 @@ const std::vector<Knob>& knobs() {
          return std::string(p.tier == Tier::kInstant ? "\"instant\""
                             : p.tier == Tier::kNative ? "\"native\"" : "\"auto\"");
        }},
-      {"min_fusible_ops", "integer 1..4096", "smaller groups stay per op",
-       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 4096, p.min_fusible_ops); },
-       [](const Policy& p) { return std::to_string(p.min_fusible_ops); }},
-      {"min_group_elements", "integer 0..1099511627776",
-       "tile groups over fewer elements stay per op (their operands fit in cache)",
-       [](Policy& p, const std::string& v) {
-         return parse_uint(v, 0, uint64_t{1} << 40, p.min_group_elements);
-       },
-       [](const Policy& p) { return std::to_string(p.min_group_elements); }},
-      {"tile_bytes", "integer 65536..1073741824",
-       "tile groups: bytes of one tile of every distinct full-size operand",
-       [](Policy& p, const std::string& v) {
-         return parse_uint(v, uint64_t{1} << 16, uint64_t{1} << 30, p.tile_bytes);
-       },
-       [](const Policy& p) { return std::to_string(p.tile_bytes); }},
-      {"compile_cost_us_instant", "number 0..1e9", "cost gate: expected cost of a tier-1 build (us)",
-       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e9, p.compile_cost_us_instant); },
-       [](const Policy& p) { return fmt(p.compile_cost_us_instant); }},
-      {"compile_cost_us_native", "number 0..1e10", "cost gate: expected cost of a native build (us)",
-       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e10, p.compile_cost_us_native); },
-       [](const Policy& p) { return fmt(p.compile_cost_us_native); }},
-      {"expected_repeats", "number 0..1e12", "repeats assumed for a hot segment",
-       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e12, p.expected_repeats); },
-       [](const Policy& p) { return fmt(p.expected_repeats); }},
-      {"per_op_saving_us", "number 0..1e6", "saving per fused op per run (us)",
-       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1e6, p.per_op_saving_us); },
-       [](const Policy& p) { return fmt(p.per_op_saving_us); }},
-      {"native_min_runs", "integer 1..1000000",
-       "tier-1 runs of a fused group measured before its tier-2 build is considered",
-       [](Policy& p, const std::string& v) { return parse_uint(v, 1, 1000000, p.native_min_runs); },
-       [](const Policy& p) { return std::to_string(p.native_min_runs); }},
-      {"native_saving", "number 0..1",
-       "cost gate: expected tier-2 saving as a share of the group's measured tier-1 time",
-       [](Policy& p, const std::string& v) { return parse_double(v, 0, 1, p.native_saving); },
-       [](const Policy& p) { return fmt(p.native_saving); }},
+      uint_knob("min_fusible_ops", "integer 1..4096", 1, 4096, &Policy::min_fusible_ops,
+                "smaller groups stay per op"),
+      uint_knob("min_group_elements", "integer 0..1099511627776", 0, uint64_t{1} << 40,
+                &Policy::min_group_elements,
+                "tile groups over fewer elements stay per op (their operands fit in cache)"),
+      uint_knob("tile_bytes", "integer 65536..1073741824", uint64_t{1} << 16, uint64_t{1} << 30,
+                &Policy::tile_bytes, "tile groups: bytes of one tile of every distinct full-size operand"),
+      double_knob("compile_cost_us_instant", "number 0..1e9", 0, 1e9, &Policy::compile_cost_us_instant,
+                  "cost gate: expected cost of a tier-1 build (us)"),
+      double_knob("compile_cost_us_native", "number 0..1e10", 0, 1e10, &Policy::compile_cost_us_native,
+                  "cost gate: expected cost of a native build (us)"),
+      double_knob("expected_repeats", "number 0..1e12", 0, 1e12, &Policy::expected_repeats,
+                  "repeats assumed for a hot segment"),
+      double_knob("per_op_saving_us", "number 0..1e6", 0, 1e6, &Policy::per_op_saving_us,
+                  "saving per fused op per run (us)"),
+      uint_knob("native_min_runs", "integer 1..1000000", 1, 1000000, &Policy::native_min_runs,
+                "tier-1 runs of a fused group measured before its tier-2 build is considered"),
+      double_knob("native_saving", "number 0..1", 0, 1, &Policy::native_saving,
+                  "cost gate: expected tier-2 saving as a share of the group's measured tier-1 time"),
+      uint_knob("native_trials", "integer 1..1000", 1, 1000, &Policy::native_trials,
+                "tier-2 runs side by side with tier 1 (equal bits each time) before the faster one stays"),
+      uint_knob("native_max_build_failures", "integer 1..100", 1, 100, &Policy::native_max_build_failures,
+                "failed tier-2 builds after which a group stays on tier 1"),
+      double_knob("native_retry_after_us", "number 0..1e10", 0, 1e10, &Policy::native_retry_after_us,
+                  "wait after a group's first failed tier-2 build before it is retried (us)"),
+      double_knob("native_retry_growth", "number 1..100", 1, 100, &Policy::native_retry_growth,
+                  "factor on that wait per further failed build"),
+      uint_knob("tier1_choice_runs", "integer 1..1000", 1, 1000, &Policy::tier1_choice_runs,
+                "tier-1 runs of a group timed tile by tile and as many on whole tensors before the faster way stays"),
+      uint_knob("native_min_tile_elements", "integer 64..1073741824, a multiple of 64", 64, uint64_t{1} << 30,
+                &Policy::native_min_tile_elements, "tier-2 pointwise kernels: elements per tile at least", 64),
+      uint_knob("native_tiles", "integer 1..65536", 1, 65536, &Policy::native_tiles,
+                "tier-2 pointwise kernels: tiles a group is cut into (to spread it over threads)"),
+      uint_knob("foreach_piece_elements", "integer 64..1073741824, a multiple of 64", 64, uint64_t{1} << 30,
+                &Policy::foreach_piece_elements,
+                "tier-2 foreach kernels: elements per work unit (larger tensors are cut into pieces)", 64),
+      uint_knob("spread_elements", "integer 0..1099511627776", 0, uint64_t{1} << 40, &Policy::spread_elements,
+                "work whose bits do not depend on the thread count touching fewer elements stays on one "
+                "thread even while the host waits (tier-2 groups: their program's policy; other work: "
+                "the active policy)"),
+      uint_knob("large_matmul_work", "integer 0..1099511627776", 0, uint64_t{1} << 40, &Policy::large_matmul_work,
+                "a matmul free of the thread count with at least this work (multiply-adds / 32) takes CPU "
+                "eager's thread count even while the host is busy"),
       {"fusible_ops", "comma-separated op names (aten::add.Tensor, ...)",
        "ops that may join a fused group; empty: the built-in elementwise set",
        [](Policy& p, const std::string& v) {
@@ -226,6 +252,23 @@ bool Policy::should_compile(uint32_t n, Tier t) const {
   if (n < min_fusible_ops) return false;
   const double cost = t == Tier::kNative ? compile_cost_us_native : compile_cost_us_instant;
   return per_op_saving_us * n * expected_repeats > cost;
+}
+
+bool Policy::should_build_native(uint64_t tier1_total_ns, uint64_t tier1_runs) const {
+  if (tier == Tier::kNative) return true;
+  if (tier == Tier::kInstant || tier1_runs == 0 || tier1_runs < native_min_runs) return false;
+  const double mean_us = static_cast<double>(tier1_total_ns) / static_cast<double>(tier1_runs) / 1000.0;
+  return mean_us * native_saving * expected_repeats > compile_cost_us_native;
+}
+
+uint64_t Policy::native_retry_delay_ns(uint32_t failures) const {
+  const double ns = native_retry_after_us * 1000.0 * std::pow(native_retry_growth, failures > 0 ? failures - 1 : 0);
+  return ns >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(ns);
+}
+
+int64_t Policy::native_tile(int64_t numel) const {
+  const auto tiles = static_cast<int64_t>(native_tiles);
+  return std::max<int64_t>(static_cast<int64_t>(native_min_tile_elements), (numel / tiles + 63) / 64 * 64);
 }
 
 std::optional<Policy> builtin_policy(const std::string& name) {

@@ -1,7 +1,8 @@
 // Every fusion heuristic in one unit, with named defaults: how hot a segment must be,
 // where segments are cut, which ops may fuse, scalar lifting, shape specialisation, tier
-// choice and the cost gate. Loadable from a policy file (NEURON_FUSION_POLICY) or from
-// Python; correctness never depends on these values.
+// choice and the cost gates, tier 2's trials, retries and tiles, and when the worker
+// spreads free work over threads. Loadable from a policy file (NEURON_FUSION_POLICY) or
+// from Python; correctness never depends on these values.
 #pragma once
 
 #include <cstdint>
@@ -41,11 +42,39 @@ struct Policy {
   double per_op_saving_us = 2.0;             // saving per fused op per run
   uint32_t native_min_runs = 5;              // tier-1 runs of a group measured before tier 2
   double native_saving = 0.3;                // expected tier-2 saving, share of tier-1 time
+  uint32_t native_trials = 3;                // tier-2 runs side by side with tier 1 before its verdict
+  uint32_t native_max_build_failures = 3;    // failed tier-2 builds before a group stays on tier 1
+  double native_retry_after_us = 5000000.0;  // wait before a group's build is retried (5 s)
+  double native_retry_growth = 4.0;          // and its factor per further failure (5 s, 20 s, ...)
+  uint32_t tier1_choice_runs = 3;            // runs timed each way (tiled, whole) before tier 1 picks
+  // Tier-2 pointwise kernels run over about native_tiles tiles, each a multiple of 64
+  // elements (the scalar tail falls where tier 1's does) and at least this many.
+  uint64_t native_min_tile_elements = 16384;
+  uint32_t native_tiles = 64;
+  uint64_t foreach_piece_elements = 65536;   // tier-2 foreach work unit (a multiple of 64)
+  // Work whose bits do not depend on the thread count (free items, tier-2 kernels) that
+  // touches fewer elements stays on one thread even while the host waits: waking a helper
+  // costs more than it saves.
+  uint64_t spread_elements = uint64_t{1} << 18;
+  // A free matmul's work (multiply-adds / 32) from which it takes CPU eager's thread count
+  // even while the host is busy (the host soon waits for it).
+  uint64_t large_matmul_work = uint64_t{1} << 19;
   std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
   GuardSettings guard;                       // the online guard (fusion/guard.h): knobs guard_*
 
   // Whether compiling a segment of n fusible ops pays: saving x repeats > compile cost.
   bool should_compile(uint32_t fusible_ops_in_segment, Tier tier_to_build) const;
+  // Whether a fused group whose tier-1 runs took tier1_total_ns over tier1_runs runs gets
+  // a tier-2 build: always with tier native, never with instant; with auto once
+  // native_min_runs runs are measured and their mean x native_saving x expected_repeats
+  // beats compile_cost_us_native.
+  bool should_build_native(uint64_t tier1_total_ns, uint64_t tier1_runs) const;
+  // After a group's n-th failed build (n >= 1): whether it stays on tier 1 for good, and
+  // otherwise how long to wait before the next try.
+  bool native_gives_up(uint32_t failures) const { return failures >= native_max_build_failures; }
+  uint64_t native_retry_delay_ns(uint32_t failures) const;
+  // Elements per tile of a tier-2 pointwise kernel over numel elements.
+  int64_t native_tile(int64_t numel) const;
 };
 
 // Ops that end a segment when cut_after_matmul is on (the engine and replay share it).
