@@ -207,11 +207,7 @@ bool NativeGroup::build_foreach_spec(const std::vector<std::unique_ptr<OpWork>>&
   std::vector<char*> check(addrs.size());
   if (bind_element(ops, step, binding, dtype, 0, check.data()) < 0)
     return why_not = "the tensors of a list element overlap or differ in size", false;
-  spec.pointers = static_cast<int32_t>(binding.pointers.size());
-  spec.scalars = static_cast<int32_t>(binding.scalars.size());
-  binding_ = std::move(binding);
-  type_ = spec.type;
-  return true;
+  return keep_binding(std::move(binding), spec);
 }
 
 void NativeGroup::run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,

@@ -42,6 +42,14 @@ std::optional<std::string> NativeGroup::kernel_source(const std::vector<std::uni
   return fusion::generate_kernel_source(spec, why_not);
 }
 
+bool NativeGroup::keep_binding(NativeBinding binding, fusion::KernelSpec& spec) {
+  spec.pointers = static_cast<int32_t>(binding.pointers.size());
+  spec.scalars = static_cast<int32_t>(binding.scalars.size());
+  binding_ = std::move(binding);
+  type_ = spec.type;
+  return true;
+}
+
 void NativeGroup::request(const std::vector<std::unique_ptr<OpWork>>& ops,
                           const fusion::Step& step) {
   std::string why_not;

@@ -93,6 +93,9 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
                   fusion::KernelSpec& spec, std::string& why_not);
   bool build_foreach_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                           fusion::KernelSpec& spec, std::string& why_not);
+  // Keeps a finished spec's binding for the runs (the spec counts its pointers and
+  // scalars); true.
+  bool keep_binding(NativeBinding binding, fusion::KernelSpec& spec);
   // Runs the kernel on every element of the lists whose tensors alias as the spec's do
   // (the others run on tier 1); `override` replaces addresses (trials).
   void run_foreach_kernel(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,

@@ -94,11 +94,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
         static_cast<int32_t>(k);
     spec.ops.push_back(std::move(kop));
   }
-  spec.pointers = static_cast<int32_t>(binding.pointers.size());
-  spec.scalars = static_cast<int32_t>(binding.scalars.size());
-  binding_ = std::move(binding);
-  type_ = spec.type;
-  return true;
+  return keep_binding(std::move(binding), spec);
 }
 
 void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,

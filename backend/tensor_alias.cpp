@@ -4,6 +4,21 @@
 #include <ATen/ops/empty_strided.h>
 
 namespace neuron::backend {
+namespace {
+
+void set_flags(at::Tensor& t, const trace::TensorMeta& m) {
+  if (m.flags & trace::TensorMeta::kConjugate) t._set_conj(true);
+  if (m.flags & trace::TensorMeta::kNegative) t._set_neg(true);
+}
+
+}  // namespace
+
+void set_geometry(at::Tensor& t, const trace::TensorMeta& m) {
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(m.sizes.data(), m.ndim),
+                                                 c10::IntArrayRef(m.strides.data(), m.ndim),
+                                                 m.storage_offset);
+  set_flags(t, m);
+}
 
 bool describe_tensor(const at::Tensor& t, trace::TensorMeta& m) {
   if (!t.defined()) {
@@ -51,11 +66,7 @@ at::Tensor cpu_alias(const DeviceBuffer& buffer, const trace::TensorMeta& m) {
   auto t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU),
       c10::scalarTypeToTypeMeta(static_cast<c10::ScalarType>(m.dtype)));
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(m.sizes.data(), m.ndim),
-                                                 c10::IntArrayRef(m.strides.data(), m.ndim),
-                                                 m.storage_offset);
-  if (m.flags & trace::TensorMeta::kConjugate) t._set_conj(true);
-  if (m.flags & trace::TensorMeta::kNegative) t._set_neg(true);
+  set_geometry(t, m);
   return t;
 }
 
@@ -64,12 +75,11 @@ at::Tensor meta_tensor(const trace::TensorMeta& m) {
   auto options = at::TensorOptions()
                      .dtype(static_cast<c10::ScalarType>(m.dtype))
                      .device(c10::kMeta);
-  auto with_flags = [&](at::Tensor t) {
-    if (m.flags & trace::TensorMeta::kConjugate) t._set_conj(true);
-    if (m.flags & trace::TensorMeta::kNegative) t._set_neg(true);
+  if (m.storage_offset == 0) {
+    at::Tensor t = at::empty_strided(sizes, strides, options);
+    set_flags(t, m);
     return t;
-  };
-  if (m.storage_offset == 0) return with_flags(at::empty_strided(sizes, strides, options));
+  }
   int64_t extent = 1;
   for (int i = 0; i < m.ndim; ++i)
     if (m.sizes[i] == 0) extent = 0;
@@ -78,8 +88,8 @@ at::Tensor meta_tensor(const trace::TensorMeta& m) {
   auto base = at::empty({m.storage_offset + extent}, options);
   auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()),
                                                      base.key_set(), base.dtype());
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, m.storage_offset);
-  return with_flags(t);
+  set_geometry(t, m);
+  return t;
 }
 
 bool contiguous(const trace::TensorMeta& m) {

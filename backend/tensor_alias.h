@@ -32,6 +32,9 @@ at::Tensor cpu_alias(const DeviceBuffer& buffer, const trace::TensorMeta& meta);
 at::Tensor cpu_alias(const c10::Storage& storage, const trace::TensorMeta& meta);
 // A Meta tensor with the given geometry (offset included).
 at::Tensor meta_tensor(const trace::TensorMeta& meta);
+// Gives t the geometry of meta: sizes, strides, storage offset and the conjugate and
+// negative bits (t keeps its storage and dtype).
+void set_geometry(at::Tensor& t, const trace::TensorMeta& meta);
 
 // True when the geometry is row-major contiguous (size-1 dims may have any stride).
 bool contiguous(const trace::TensorMeta& m);
