@@ -70,3 +70,86 @@ TEST(Policy, JsonHasEveryKnob) {
                           "min_group_elements", "tile_bytes"})
     EXPECT_NE(json.find(key), std::string::npos) << key;
 }
+
+TEST(Policy, Tier2AndThreadKnobsKeepTheirFormerDefaults) {
+  const Policy p;
+  EXPECT_EQ(p.native_trials, 3u);
+  EXPECT_EQ(p.native_max_build_failures, 3u);
+  EXPECT_EQ(p.tier1_choice_runs, 3u);
+  EXPECT_EQ(p.native_min_tile_elements, 16384u);
+  EXPECT_EQ(p.native_tiles, 64u);
+  EXPECT_EQ(p.foreach_piece_elements, uint64_t{1} << 16);
+  EXPECT_EQ(p.spread_elements, uint64_t{1} << 18);
+  EXPECT_EQ(p.large_matmul_work, uint64_t{1} << 19);
+  // Build retries after 5 s, then 20 s; the third failure gives up.
+  EXPECT_EQ(p.native_retry_delay_ns(1), 5'000'000'000ull);
+  EXPECT_EQ(p.native_retry_delay_ns(2), 20'000'000'000ull);
+  EXPECT_FALSE(p.native_gives_up(2));
+  EXPECT_TRUE(p.native_gives_up(3));
+  // Tiles: about 64 per group, a multiple of 64 elements, at least 16384.
+  EXPECT_EQ(p.native_tile(1000), 16384);
+  EXPECT_EQ(p.native_tile(int64_t{1} << 24), int64_t{1} << 18);
+  EXPECT_EQ(p.native_tile(64 * 100000) % 64, 0);
+  const std::string listed = describe_policy_knobs();
+  for (const char* line : {"native_trials (default 3; integer 1..1000)", "native_max_build_failures (default 3;",
+                           "native_retry_after_us (default 5e+06;", "native_retry_growth (default 4;",
+                           "tier1_choice_runs (default 3;", "native_min_tile_elements (default 16384;",
+                           "native_tiles (default 64;", "foreach_piece_elements (default 65536;",
+                           "spread_elements (default 262144;", "large_matmul_work (default 524288;"})
+    EXPECT_NE(listed.find(line), std::string::npos) << line;
+}
+
+TEST(Policy, Tier2AndThreadKnobsCheckTheirRanges) {
+  std::string error;
+  auto p = parse_policy(
+      "native_trials = 5\nnative_max_build_failures = 1\nnative_retry_after_us = 0\n"
+      "native_retry_growth = 1\ntier1_choice_runs = 1\nnative_min_tile_elements = 128\n"
+      "native_tiles = 8\nforeach_piece_elements = 4096\nspread_elements = 0\n"
+      "large_matmul_work = 1099511627776\n",
+      "test", error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_EQ(p->native_trials, 5u);
+  EXPECT_TRUE(p->native_gives_up(1));
+  EXPECT_EQ(p->native_retry_delay_ns(1), 0u);
+  EXPECT_EQ(p->native_tile(8 * 1000), 1024);  // 1000 elements rounded up to 64s
+  EXPECT_EQ(p->native_tile(100), 128);
+  EXPECT_EQ(p->foreach_piece_elements, 4096u);
+  EXPECT_EQ(p->spread_elements, 0u);
+  EXPECT_EQ(p->large_matmul_work, uint64_t{1} << 40);
+  const std::pair<const char*, const char*> bad[] = {
+      {"native_trials = 0\n", "1..1000"},
+      {"native_max_build_failures = 101\n", "1..100"},
+      {"native_retry_after_us = -1\n", "0..1e10"},
+      {"native_retry_growth = 0.5\n", "1..100"},
+      {"tier1_choice_runs = 1001\n", "1..1000"},
+      {"native_min_tile_elements = 100\n", "a multiple of 64"},
+      {"native_min_tile_elements = 0\n", "64..1073741824"},
+      {"native_tiles = 0\n", "1..65536"},
+      {"foreach_piece_elements = 65537\n", "a multiple of 64"},
+      {"spread_elements = 1099511627777\n", "0..1099511627776"},
+      {"large_matmul_work = lots\n", "0..1099511627776"},
+  };
+  for (const auto& [text, range] : bad) {
+    EXPECT_FALSE(parse_policy(text, "f", error)) << text;
+    EXPECT_NE(error.find(range), std::string::npos) << text << error;
+  }
+  // A long backoff saturates instead of wrapping around.
+  ASSERT_TRUE(p = parse_policy("native_retry_after_us = 1e10\nnative_retry_growth = 100\n"
+                               "native_max_build_failures = 100\n", "test", error)) << error;
+  EXPECT_EQ(p->native_retry_delay_ns(99), UINT64_MAX);
+}
+
+TEST(Policy, NativeBuildGateDecidesAsTheTier2CostGate) {
+  Policy p;  // auto: 5 runs measured, 0.3 x 10000 repeats against 2 s
+  EXPECT_FALSE(p.should_build_native(5'000'000'000ull, 4));  // too few runs, however slow
+  EXPECT_FALSE(p.should_build_native(0, 0));
+  // Mean 100 us: 100 x 0.3 x 10000 = 300000 us < 2 s; mean 1 ms: 3 s > 2 s.
+  EXPECT_FALSE(p.should_build_native(5 * 100'000ull, 5));
+  EXPECT_TRUE(p.should_build_native(5 * 1'000'000ull, 5));
+  EXPECT_TRUE(p.should_build_native(6 * 1'000'000ull, 6));
+  p.tier = Tier::kNative;
+  EXPECT_TRUE(p.should_build_native(0, 0));  // always
+  p.tier = Tier::kInstant;
+  EXPECT_FALSE(p.should_build_native(uint64_t{1} << 60, 1000));  // never
+  EXPECT_FALSE(builtin_policy("never")->should_build_native(5 * 1'000'000'000ull, 5));
+}
