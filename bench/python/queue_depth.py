@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_common import write_json  # noqa: E402
+from robust import NOISY_CORES, run_measured  # noqa: E402
 
 MODES = ("eager", "adaptive")
 GIB = 1024 ** 3
@@ -103,13 +104,14 @@ def run_child(mode, size, reads, warmup, iters, timeout):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, str(size), str(reads),
            str(warmup), str(iters)]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        proc, wall, others = run_measured(cmd, env, timeout)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         return {"ok": False, "error": (proc.stderr or proc.stdout)[-1500:].strip()}
-    return {"ok": True, **json.loads(lines[-1][len("RESULT "):])}
+    return {"ok": True, "wall_s": wall, "other_cores_busy": others,
+            **json.loads(lines[-1][len("RESULT "):])}
 
 
 def fmt_bytes(n):
@@ -171,8 +173,9 @@ def main():
             f"  peak reserved {fmt_bytes(res['peak_reserved'])}")
         print(f"  {mode:8s} read every {r:4d}: {res['ms_per_iter']:8.2f} ms/iter  "
               f"peak RSS {fmt_bytes(res['peak_rss'])} "
-              f"(+{fmt_bytes(res['peak_rss'] - res['rss_before_loop'])} over the loop){extra}",
-              flush=True)
+              f"(+{fmt_bytes(res['peak_rss'] - res['rss_before_loop'])} over the loop){extra}"
+              + (f"  [noisy: other work kept {res['other_cores_busy']:.1f} cores busy]"
+                 if res["other_cores_busy"] > NOISY_CORES else ""), flush=True)
     ratios = {}
     base = reads[0]
     for mode in modes:

@@ -8,43 +8,50 @@ step or every few steps); beside them run four small workloads written here: MLP
 training (AdamW), a CNN training step (conv, batch norm, SGD with momentum), a small
 transformer training step and greedy decoding of a tiny transformer with a growing KV
 cache. A cell is one program (or workload), one tensor size (all of the program's
-tensors have it) and one host-read interval (`.item()` or `.cpu()` of a small
-reduction every 1, 10, 100 or 500 iterations).
+tensors have it; a workload's is its largest activation) and one host-read interval
+(`.item()` or `.cpu()` of a small reduction every 1, 10, 100 or 500 iterations).
 
 Every cell runs in four fresh processes, one after the other: CPU eager (plain PyTorch,
 neuron not loaded), neuron eager, neuron adaptive with an empty kernel cache
 (NEURON_CACHE_DIR a new folder; the process waits for its background compiles before it
 exits) and adaptive again in a second process sharing that cache (warm). Each process
-first runs the cell's own code twice at a small size no cell uses (8 rows; a workload's
+first runs the cell's own code twice at a size no cell uses (8 rows; a workload's
 preamble configuration), so lazy imports and library set-up, seconds that a fresh process
 pays on its first ops whatever the mode, stay out of the curves; then it runs the cell's
-iterations from the same seeded inputs and stamps the clock at every host read. From the stamps: the warm-up curve, ms per iteration over iterations 0-50
-("first"), 50-300 ("early") and the steady state, the median of the blocks of
-max(50, reads) iterations after iteration 300 with the first such block dropped (the
-windows end at the first read at or after 50 and 300; with reads every 500 the first
-window is 0-500 and there is no early one). Cells of 32 MiB and more use a short plan
-(windows 20 and 60, blocks of 20) to keep their run time bounded; `--tiny` shorter
-still. Per cell it prints adaptive/eager and adaptive/CPU (steady CPU or eager time
-over adaptive's: > 1 means adaptive is faster), cold and warm, the curves, and whether
-every result (outputs, persistent state, every host-read value) equals CPU eager's bit
-for bit (the tensors compared as integers of their width, so -0.0 against 0.0 or a NaN
-payload counts as a difference; both neuron configs must match). At the end: the worst
-cell, the median over all cells and over cells whose tensors exceed 1 MiB, the cells
-below 0.95, the warm-up check (a cell fails it when adaptive's first or early window,
-cold or warm, averages more than 1.5x its own steady state or more than eager's same
-window) and every bit mismatch with its seed and cell.
+iterations from the same seeded inputs and stamps the clock at every host read.
 
-    python bench/python/robust.py                        # 31 programs + 12 workload cells
-    python bench/python/robust.py --seed 3 --cells 12 --workloads none
-    python bench/python/robust.py --sizes 2M,8M --reads 1,100 --json out.json
-    python bench/python/robust.py --only 4,17 --seed 1   # rerun single cells
-    python bench/python/robust.py --tiny                 # CI: 4 cells, small, ~1.5 min
+From the stamps, the warm-up curve: ms per iteration over iterations 0-50 ("first"),
+50-300 ("early") and the steady state, the median of the blocks of max(50, reads)
+iterations after iteration 300, the first such block dropped. Window ends round up to
+the next read (with reads every 500: 0-500, no early window, 3 blocks of 500). Cells of
+8 MiB and more use a short plan to bound their run time: windows 20 and 60, 3 blocks of
+20 (32 MiB and more, and --tiny: 10 and 30, blocks of 10). Per cell it prints
+adaptive/eager and adaptive/CPU (steady CPU or eager time over adaptive's: > 1 means
+adaptive is faster), cold and warm, the curves, and whether every result (outputs,
+persistent state, every host-read value) equals CPU eager's bit for bit (compared as
+integers of their width, so -0.0 against 0.0 or a NaN payload counts as a difference;
+both neuron configs must match). At the end: the worst cell, the median over all cells
+and over cells whose tensors exceed 1 MiB, the cells below 0.95, the warm-up check (a
+cell fails it when adaptive's first or early window, cold or warm, averages more than
+1.5x its own steady state or more than eager's same window), and every bit mismatch with
+its seed and cell. A cell during which other work kept more than 0.3 cores busy
+(from /proc/stat) is marked noisy, and a cell whose neuron processes found different
+builds of the package (someone reinstalled it meanwhile) says so.
 
-The default takes about 35-40 minutes on this 2-core VM (172 processes; a quiet machine
-is faster, a loaded one slower). Sizes accept K/M suffixes (KiB, MiB), multiples of
-16K, 16K to 256M; reads are 1 to 1000. Programs at 8M and more run with reads up to
-100 and at 32M and more with a read every iteration (longer read intervals would take
-minutes per process there); `--sizes`/`--reads` pick from the same rule.
+    python bench/python/robust.py                        # 29 programs + 8 workload cells
+    python bench/python/robust.py --seed 3 --cells 15 --workloads none
+    python bench/python/robust.py --sizes 2M,8M --reads 1,10 --json out.json
+    python bench/python/robust.py --seed 1 --only 4,17   # rerun single cells
+    python bench/python/robust.py --list                 # the cells and their programs
+    python bench/python/robust.py --tiny                 # CI: 3 small cells, ~1.5 min
+
+The default (sizes 16K,256K,2M,8M,64M; reads 1,10,100,500; workloads with reads 1 and
+10) takes about 35 minutes on this 2-core VM (148 processes). Sizes take K/M suffixes
+(KiB, MiB), multiples of 16K from 16K to 256M; reads 1 to 1000. Programs at 8M and more
+run with reads up to 10 and at 32M and more with a read every iteration (longer
+intervals would take minutes per process there); `--sizes`/`--reads` combinations
+outside that rule are skipped. `--cells N` runs the first N program cells (they cycle
+through the allowed size and read combinations); workloads take reads up to 10.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -69,11 +77,12 @@ KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_SIZES = "16K,256K,2M,8M,64M"
 DEFAULT_READS = "1,10,100,500"
-DEFAULT_CELLS = 31
+DEFAULT_CELLS = 29
 WORKLOADS = ("mlp", "cnn", "transformer", "decode")
 CONFIGS = ("cpu", "eager", "cold", "warm")
 SLOW_RATIO = 0.95
 WARMUP_SLACK = 1.5
+NOISY_CORES = 0.3  # other work keeping more cores busy than this marks a cell noisy
 
 # --- the program generator --------------------------------------------------------------
 
@@ -110,11 +119,11 @@ def fmt_size(n: int) -> str:
 
 def read_limit(size: int) -> int:
     """The longest read interval a program of this tensor size runs with (run time)."""
-    return 1 if size >= 32 * MIB else 100 if size >= 8 * MIB else 1000
+    return 1 if size >= 32 * MIB else 10 if size >= 8 * MIB else 1000
 
 
 def max_ops(size: int) -> int:
-    return 6 if size >= 32 * MIB else 9 if size >= 8 * MIB else 12 if size >= MIB else 14
+    return 5 if size >= 32 * MIB else 8 if size >= 8 * MIB else 10 if size >= MIB else 14
 
 
 def gen_op(kind: str, rng: random.Random) -> dict:
@@ -163,7 +172,7 @@ def gen_program(seed: int, index: int, size: int, flavor: str | None = None,
     else:
         fams = list(weights)
         kinds = [rng.choice(FAMILY[rng.choices(fams, [weights[f] for f in fams])[0]])
-                 for _ in range(rng.randint(6, max_ops(size)))]
+                 for _ in range(rng.randint(min(6, max_ops(size)), max_ops(size)))]
     ops, dtype, owned = [], "fp32", False
     for kind in kinds:
         if kind in INPLACE and not owned:
@@ -188,9 +197,9 @@ def gen_program(seed: int, index: int, size: int, flavor: str | None = None,
 
 def plan_for(size: int, reads: int, tiny: bool) -> dict:
     """Window ends (w1, w2), steady block length and count; iterations = w2 + blocks."""
-    if tiny:
+    if tiny or size >= 32 * MIB:
         w1, w2, block, nblocks = 10, 30, 10, 3
-    elif size >= 32 * MIB:
+    elif size >= 8 * MIB:
         w1, w2, block, nblocks = 20, 60, 20, 3
     else:
         w1, w2, block, nblocks = 50, 300, 50, 4
@@ -216,7 +225,7 @@ def build_cells(args) -> list[dict]:
             size, reads = combos[i % len(combos)]
             cells.append({"program": gen_program(args.seed, i, size), "size": size,
                           "reads": reads})
-    wl_reads = [1] if args.tiny else [r for r in args.reads if r <= 100]
+    wl_reads = [1] if args.tiny else [r for r in args.reads if r <= 10]
     for name in args.workloads:
         for reads in wl_reads:
             cells.append({"workload": name, "size": workload_bytes(name, args.tiny),
@@ -374,12 +383,12 @@ def make_program(spec: dict, device: str):
 
 
 WL_SIZES = {  # (tiny, full, preamble) settings; the preamble's shapes are neither's
-    "mlp": ({"batch": 16, "width": 64}, {"batch": 128, "width": 512},
+    "mlp": ({"batch": 16, "width": 64}, {"batch": 64, "width": 256},
             {"batch": 8, "width": 32}),
-    "cnn": ({"batch": 4, "hw": 8, "ch": 8}, {"batch": 16, "hw": 32, "ch": 16},
+    "cnn": ({"batch": 4, "hw": 8, "ch": 8}, {"batch": 8, "hw": 16, "ch": 16},
             {"batch": 2, "hw": 6, "ch": 4}),
     "transformer": ({"batch": 2, "seq": 16, "d": 32, "heads": 2, "layers": 1, "vocab": 64},
-                    {"batch": 8, "seq": 64, "d": 128, "heads": 4, "layers": 2, "vocab": 256},
+                    {"batch": 4, "seq": 32, "d": 128, "heads": 4, "layers": 2, "vocab": 256},
                     {"batch": 1, "seq": 8, "d": 16, "heads": 2, "layers": 1, "vocab": 32}),
     "decode": ({"prompt": 4, "new": 12, "d": 32, "heads": 2, "layers": 1, "vocab": 64},
                {"prompt": 8, "new": 48, "d": 128, "heads": 4, "layers": 2, "vocab": 256},
@@ -580,6 +589,8 @@ def child(cfg_path: str) -> None:
     fig = {"marks": [(n, t - marks[0][1]) for n, t in marks], "peak_rss": peak_rss_bytes()}
     if device != "cpu":
         import neuron_eager
+        so = neuron_eager._C.__file__  # which build ran: others may reinstall meanwhile
+        fig["build"] = f"{os.path.getmtime(so):.0f}:{os.path.getsize(so)}"
         fig["counters"] = neuron_eager.counters()
         fig["max_memory_allocated"] = torch.neuron.max_memory_allocated()
         if cfg["mode"] == "adaptive":
@@ -633,6 +644,31 @@ def bits_equal(a, b) -> tuple[bool, str]:
     return True, ""
 
 
+def busy_seconds() -> float:
+    """CPU seconds every core has spent busy so far (all processes on the machine)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_seconds() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_measured(cmd, env, timeout):
+    """subprocess.run, plus the cores that other work on the machine kept busy meanwhile
+    (all busy time less this child's own CPU time, over its wall time)."""
+    busy0, kids0, t0 = busy_seconds(), children_seconds(), time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    others = (busy_seconds() - busy0 - (children_seconds() - kids0)) / max(wall, 1e-9)
+    return proc, wall, max(0.0, others)
+
+
 def run_child(cell: dict, config: str, work: str, cache_dir: str, tiny: bool,
               timeout: float) -> dict:
     tag = f"cell{cell['index']}_{config}"
@@ -649,18 +685,16 @@ def run_child(cell: dict, config: str, work: str, cache_dir: str, tiny: bool,
     else:
         env["NEURON_EAGER_MODE"] = cfg["mode"]
         env["NEURON_CACHE_DIR"] = cache_dir
-    t = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", cfg_path],
-                              env=env, capture_output=True, text=True, timeout=timeout)
+        proc, wall, others = run_measured(
+            [sys.executable, os.path.abspath(__file__), "--child", cfg_path], env, timeout)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
-    wall = time.perf_counter() - t
     if proc.returncode != 0:
         return {"ok": False, "error": (proc.stderr or proc.stdout)[-1500:].strip()}
     with open(cfg["fig_path"]) as f:
         fig = json.load(f)
-    fig.update(ok=True, wall_s=wall, result_path=cfg["result_path"])
+    fig.update(ok=True, wall_s=wall, other_cores_busy=others, result_path=cfg["result_path"])
     fig.update(curve(fig["marks"], cell["plan"]))
     return fig
 
@@ -691,6 +725,9 @@ def run_cell(cell: dict, work: str, args) -> dict:
     row["warm_vs_cpu"] = cpu / runs["warm"]["steady_ms"]
     row["eager_vs_cpu"] = cpu / eager
     row["warmup_violations"] = warmup_violations(runs)
+    row["other_cores_busy"] = max(r["other_cores_busy"] for r in runs.values())
+    row["builds"] = sorted({r["build"] for c, r in runs.items() if c != "cpu"})
+    row["noisy"] = row["other_cores_busy"] > NOISY_CORES
     shutil.rmtree(cache_dir, ignore_errors=True)
     return row
 
@@ -731,7 +768,11 @@ def print_row(row: dict, total: int) -> None:
           f"adaptive/CPU {row['adaptive_vs_cpu']:.2f}x (warm {row['warm_vs_cpu']:.2f}x)\n"
           f"    warm-up first/early/steady ms: eager {fmt_curve(r['eager'])}  "
           f"cold {fmt_curve(r['cold'])}  warm {fmt_curve(r['warm'])}  "
-          f"{'ok' if not row['warmup_violations'] else 'SLOW START'}  {bits}", flush=True)
+          f"{'ok' if not row['warmup_violations'] else 'SLOW START'}  {bits}"
+          + (f"\n    [noisy: other work kept {row['other_cores_busy']:.1f} cores busy]"
+             if row["noisy"] else "")
+          + ("\n    [the package was reinstalled between this cell's processes]"
+             if len(row["builds"]) > 1 else ""), flush=True)
 
 
 def summarize(rows: list[dict], seed: int) -> dict:
@@ -740,7 +781,10 @@ def summarize(rows: list[dict], seed: int) -> dict:
     if good:
         worst = min(good, key=lambda r: r["adaptive_vs_eager"])
         big = [r["adaptive_vs_eager"] for r in good if r["size"] > MIB]
+        quiet = [r["adaptive_vs_eager"] for r in good if not r["noisy"]]
         s.update(
+            noisy=[r["index"] for r in good if r["noisy"]],
+            median_adaptive_vs_eager_quiet=statistics.median(quiet) if quiet else None,
             worst={"cell": worst["index"], "name": worst["name"],
                    "adaptive_vs_eager": worst["adaptive_vs_eager"]},
             worst_warm=min(r["warm_vs_eager"] for r in good),
@@ -770,6 +814,11 @@ def print_summary(s: dict, seed: int) -> None:
           f"{'n/a' if big is None else f'{big:.2f}x'}; median adaptive/CPU "
           f"{s['median_adaptive_vs_cpu']:.2f}x")
     print(f"cells below {SLOW_RATIO}: {len(s['below_095'])} {s['below_095']}")
+    if s["noisy"]:
+        q = s["median_adaptive_vs_eager_quiet"]
+        print(f"noisy cells (other work kept > {NOISY_CORES} cores busy during a process): "
+              f"{len(s['noisy'])} {s['noisy']}; median adaptive/eager without them "
+              f"{'n/a' if q is None else f'{q:.2f}x'}")
     print(f"warm-up check (first/early window > {WARMUP_SLACK}x own steady or > eager's): "
           f"{len(s['warmup_violations'])} cells" + ("" if not s["warmup_violations"] else ":"))
     for i, v in s["warmup_violations"].items():
@@ -833,7 +882,7 @@ def main():
         p.error("--cells must be >= 0")
     if not args.tiny and not any(r <= read_limit(s) for s in args.sizes for r in args.reads) \
             and args.cells:
-        p.error("--sizes/--reads: no combination allowed (reads above 100 need sizes below "
+        p.error("--sizes/--reads: no combination allowed (reads above 10 need sizes below "
                 "8M, reads above 1 sizes below 32M)")
     cells = build_cells(args)
     if args.only:
@@ -863,6 +912,8 @@ def main():
     print(f"robust.py seed {args.seed}: {len(cells)} cells x {len(CONFIGS)} processes "
           f"({', '.join(CONFIGS)}), {threads} threads; ratios are steady ms/iter of the "
           f"other config over adaptive's (> 1: adaptive faster)", flush=True)
+    # SIGTERM unwinds like Ctrl-C: the running child is killed, the work folder removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = tempfile.mkdtemp(prefix="robust_")
     rows = []
     t0 = time.perf_counter()
