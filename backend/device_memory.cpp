@@ -114,24 +114,20 @@ void* DeviceMemory::allocate(size_t bytes, const Stream* stream) {
   return user;
 }
 
-void DeviceMemory::free(void* ptr) {
-  if (ptr == nullptr) return;
-  BlockHeader* h = header_of(ptr);
-  std::lock_guard lock(mutex_);  // retire and recycle under one lock
-  stats_.allocated_bytes.sub(static_cast<int64_t>(h->size_class));
-  stats_.requested_bytes.sub(static_cast<int64_t>(h->requested));
-  stats_.allocations.sub(1);
-  push_free_locked(ptr, nullptr, 0);
-}
+void DeviceMemory::free(void* ptr) { free_on_stream(ptr, nullptr, 0); }
 
 void DeviceMemory::free_on_stream(void* ptr, const Stream* stream, uint64_t ticket) {
   if (ptr == nullptr) return;
-  BlockHeader* h = header_of(ptr);
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(mutex_);  // the block leaves the tensors and joins the cache at once
+  end_life_locked(ptr);
+  push_free_locked(ptr, stream, ticket);
+}
+
+void DeviceMemory::end_life_locked(void* ptr) {
+  const BlockHeader* h = header_of(ptr);
   stats_.allocated_bytes.sub(static_cast<int64_t>(h->size_class));
   stats_.requested_bytes.sub(static_cast<int64_t>(h->requested));
   stats_.allocations.sub(1);
-  push_free_locked(ptr, stream, ticket);
 }
 
 void DeviceMemory::push_free_locked(void* ptr, const Stream* stream, uint64_t ticket) {
@@ -142,17 +138,12 @@ void DeviceMemory::push_free_locked(void* ptr, const Stream* stream, uint64_t ti
 
 void DeviceMemory::retire(void* ptr) {
   if (ptr == nullptr) return;
-  BlockHeader* h = header_of(ptr);
   std::lock_guard lock(mutex_);
-  stats_.allocated_bytes.sub(static_cast<int64_t>(h->size_class));
-  stats_.requested_bytes.sub(static_cast<int64_t>(h->requested));
-  stats_.allocations.sub(1);
+  end_life_locked(ptr);
 }
 
 void DeviceMemory::recycle(void* ptr) {
   if (ptr == nullptr) return;
-  BlockHeader* h = header_of(ptr);
-  (void)h;
   std::lock_guard lock(mutex_);
   push_free_locked(ptr, nullptr, 0);
 }

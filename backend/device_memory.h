@@ -81,6 +81,8 @@ class DeviceMemory {
   };
   void release_cached_locked();
   void push_free_locked(void* ptr, const Stream* stream, uint64_t ticket);
+  // A block stops being a tensor's: the allocated stats drop.
+  void end_life_locked(void* ptr);
 
   const int device_;
   const size_t capacity_;
