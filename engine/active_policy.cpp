@@ -21,17 +21,10 @@ std::atomic<bool> g_policy_lists_ops{false};
 std::atomic<uint64_t> g_hot_threshold{fusion::Policy{}.hot_threshold};
 
 trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
-  trace::SegmentPolicy p;
-  p.max_length = policy.max_segment_length;
-  p.rolling_window = policy.rolling_window;
-  p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
-  p.use_rolling_cut = policy.rolling_bits > 0;
-  p.keep_runs_whole = policy.foreach_runs_whole;
-  if (policy.cut_after_matmul) {
-    auto& reg = trace::OpRegistry::instance();
-    for (const auto& name : fusion::matmul_class_ops()) p.cut_after.push_back(reg.intern(name));
-  }
-  return p;
+  std::vector<uint32_t> matmul_ops;
+  auto& reg = trace::OpRegistry::instance();
+  for (const auto& name : fusion::matmul_class_ops()) matmul_ops.push_back(reg.intern(name));
+  return fusion::segment_policy_of(policy, matmul_ops);
 }
 
 }  // namespace

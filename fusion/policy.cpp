@@ -248,6 +248,17 @@ const std::vector<std::string>& matmul_class_ops() {
   return ops;
 }
 
+trace::SegmentPolicy segment_policy_of(const Policy& policy, const std::vector<uint32_t>& matmul_ops) {
+  trace::SegmentPolicy p;
+  p.max_length = policy.max_segment_length;
+  p.rolling_window = policy.rolling_window;
+  p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
+  p.use_rolling_cut = policy.rolling_bits > 0;
+  p.keep_runs_whole = policy.foreach_runs_whole;
+  if (policy.cut_after_matmul) p.cut_after = matmul_ops;
+  return p;
+}
+
 bool Policy::should_compile(uint32_t n, Tier t) const {
   if (n < min_fusible_ops) return false;
   const double cost = t == Tier::kNative ? compile_cost_us_native : compile_cost_us_instant;

@@ -12,6 +12,7 @@
 
 #include "fusion/guard.h"
 #include "fusion/planner.h"
+#include "trace/segmenter.h"
 
 namespace neuron::fusion {
 
@@ -79,6 +80,9 @@ struct Policy {
 
 // Ops that end a segment when cut_after_matmul is on (the engine and replay share it).
 const std::vector<std::string>& matmul_class_ops();
+// The segmenter's settings under a policy (the live engine and replay share it);
+// matmul_ops: the interned ids of matmul_class_ops(), used when cut_after_matmul is on.
+trace::SegmentPolicy segment_policy_of(const Policy& policy, const std::vector<uint32_t>& matmul_ops);
 
 // The built-in policies: default, aggressive, conservative, never.
 std::optional<Policy> builtin_policy(const std::string& name);

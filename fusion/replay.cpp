@@ -38,13 +38,9 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
   const double ratio = fused_ratio(t, options.cost, op_ns);
   r.fused_ratio = ratio;
 
-  trace::SegmentPolicy sp;
-  sp.max_length = policy.max_segment_length;
-  sp.rolling_window = policy.rolling_window;
-  sp.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
-  sp.use_rolling_cut = policy.rolling_bits > 0;
+  // The engine's settings; the cut list comes resolved (matmul class if on, plus extras).
+  trace::SegmentPolicy sp = segment_policy_of(policy, {});
   sp.cut_after = options.cut_after_ops;
-  sp.keep_runs_whole = policy.foreach_runs_whole;
   std::vector<bool> whole_run;
   for (uint32_t id : options.whole_run_ops) {
     if (id >= whole_run.size()) whole_run.resize(id + 1, false);
