@@ -47,14 +47,18 @@ def test_a_program_that_cannot_win_by_the_margin_is_demoted_and_runs_per_op(adap
     after = neuron_eager.counters()
     for o in outs:
         assert torch.equal(o, expected)
-    assert mid["guard_trials"] - before["guard_trials"] == 1
-    assert mid["guard_demotions"] + mid["guard_undecided"] - before["guard_demotions"] - before["guard_undecided"] == 1
+    # One trial per hot key (the chain is one key, or two when the stream left by an
+    # earlier test cuts its first occurrence elsewhere), each ending in a demotion.
+    trials = mid["guard_trials"] - before["guard_trials"]
+    assert trials >= 1
+    assert mid["guard_demotions"] + mid["guard_undecided"] - before["guard_demotions"] - before["guard_undecided"] == trials
     assert after["segments_fused"] == mid["segments_fused"]  # demoted: nothing fused since
     t = ntrace.load(str(path))
     verdicts = t.events[t.events["kind"] == 16]
-    assert len(verdicts) == 1
-    assert verdicts[0]["flags"] in (2, 3) and verdicts[0]["op"] == 5  # demoted after 5 pairs
-    assert verdicts[0]["aux"] > 0 and verdicts[0]["seq"] > 0         # both medians measured
+    assert len(verdicts) == trials
+    for v in verdicts:
+        assert v["flags"] in (2, 3) and v["op"] == 5  # demoted after 5 pairs
+        assert v["aux"] > 0 and v["seq"] > 0         # both medians measured
     states = t.events[t.events["kind"] == 17]
     moves = [(int(f) >> 8, int(f) & 0xFF) for f in states["flags"]]
     assert (0, 1) in moves and (1, 2) in moves and (2, 5) in moves  # cold->hot->on_trial->demoted
