@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+namespace neuron::fusion {
+struct Policy;
+}
+
 namespace neuron::backend {
 
 class OpWork;
@@ -33,5 +37,8 @@ struct ThreadTrialStats {
 };
 ThreadTrialStats thread_trial_stats();
 void reset_thread_trial_stats();
+// The policy's thread_trial_sightings, thread_trial_runs and thread_trial_min_output
+// (called by set_thread_policy).
+void set_thread_trial_policy(const fusion::Policy& policy);
 
 }  // namespace neuron::backend

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "fusion/policy.h"
+
 namespace neuron::backend {
 namespace {
 
@@ -18,7 +20,7 @@ inline void cpu_relax() {
 #endif
 }
 
-// A host thread blocked on the device for kLongWait frees its OpenMP team (the pool
+// A host thread blocked on the device for long_wait_us frees its OpenMP team (the pool
 // threads exit; its next parallel CPU op starts a new one). A host team (made by any
 // parallel CPU op, such as building a model) counts against libgomp's limit for spinning
 // team threads: see SpinBallast (worker_threads.cpp), which decides when worker teams spin.
@@ -68,18 +70,25 @@ void Stream::enqueue(std::unique_ptr<WorkItem> item) {
 
 namespace {
 thread_local const Stream* t_worker_stream = nullptr;
+std::atomic<int64_t> g_deep_backlog{fusion::Policy{}.deep_backlog_ops};
+std::atomic<int64_t> g_long_wait_ns{int64_t{fusion::Policy{}.long_wait_us} * 1000};
 }  // namespace
+
+void Stream::set_wait_limits(int64_t deep_backlog_ops, std::chrono::microseconds long_wait) {
+  g_deep_backlog.store(deep_backlog_ops, std::memory_order_relaxed);
+  g_long_wait_ns.store(std::chrono::nanoseconds(long_wait).count(), std::memory_order_relaxed);
+}
 
 const Stream* Stream::current_worker_stream() { return t_worker_stream; }
 
 bool Stream::host_needs_threads() const {
-  return host_waiters_.load(std::memory_order_relaxed) > 0 || pending() > kDeepBacklog;
+  return host_waiters_.load(std::memory_order_relaxed) > 0 || pending() > g_deep_backlog.load(std::memory_order_relaxed);
 }
 
 bool Stream::host_waits_long() const {
   const int64_t since = host_blocked_since_ns_.load(std::memory_order_relaxed);
   return since != 0 && std::chrono::steady_clock::now().time_since_epoch().count() - since >=
-                           std::chrono::nanoseconds(kLongWait).count();
+                           g_long_wait_ns.load(std::memory_order_relaxed);
 }
 
 bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
@@ -220,7 +229,7 @@ void Stream::wait_until(uint64_t target) {
     // any thread runnable there. mlp_train, adaptive, 5 interleaved runs of 300 steps:
     // 2.16 ms per step (median) sleeping at once, 1.65 ms yielding first.
     const auto start = std::chrono::steady_clock::now();
-    const auto long_from = start + kLongWait;
+    const auto long_from = start + std::chrono::nanoseconds(g_long_wait_ns.load(std::memory_order_relaxed));
     auto done = [w] { return w->self->completed_.load(std::memory_order_acquire) >= w->target; };
     bool freed = !w->host;
     const int64_t budget_us = g_sync_yield_us.load(std::memory_order_relaxed);

@@ -58,16 +58,16 @@ class Stream {
   // stream began or the last reset: the device's busy time.
   int64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
   void reset_busy() { busy_ns_.store(0, std::memory_order_relaxed); }
-  // True while a host thread waits for this stream, or while more than kDeepBacklog items
+  // True while a host thread waits for this stream, or while more than deep_backlog_ops items
   // are queued: then the host has no use for a core, and free items (set_item_threads)
   // may take CPU eager's thread count.
   bool host_needs_threads() const;
-  static constexpr int64_t kDeepBacklog = 256;
-  // True while a host thread has been blocked on this stream for at least kLongWait: the
+  // True while a host thread has been blocked on this stream for at least long_wait_us: the
   // host will not need a core soon (a deep backlog alone is no sign: the host may still
   // be dispatching).
   bool host_waits_long() const;
-  static constexpr std::chrono::microseconds kLongWait{5000};
+  // The policy's deep_backlog_ops and long_wait_us for every stream (set_thread_policy).
+  static void set_wait_limits(int64_t deep_backlog_ops, std::chrono::microseconds long_wait);
   // The stream whose worker is the calling thread; null on other threads.
   static const Stream* current_worker_stream();
   // Throws the kept error, if any, and clears it.

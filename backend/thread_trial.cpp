@@ -5,7 +5,7 @@
 // offsets, scalar arguments) the worker runs the op on random inputs of that geometry
 // once on one thread and once on CPU eager's count, twice; equal bits in every output
 // element make the geometry free. A different reduction order shows up in nearly every
-// one of thousands of elements, so outputs under kTrialMinOutput elements stay fixed. A
+// one of thousands of elements, so outputs under thread_trial_min_output elements stay fixed. A
 // geometry is tried at its third sighting; until then it runs as fixed.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -14,17 +14,21 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "backend/op_thread_rule.h"
 #include "backend/op_work.h"
+#include "fusion/policy.h"
 
 namespace neuron::backend {
 namespace {
 
-constexpr int64_t kTrialMinOutput = 256;
-constexpr int kTrials = 2;
+// The policy's thread_trial_* knobs (set_thread_policy).
+std::atomic<int64_t> g_min_output{fusion::Policy{}.thread_trial_min_output};
+std::atomic<int> g_runs{static_cast<int>(fusion::Policy{}.thread_trial_runs)};
+std::atomic<int> g_sightings{static_cast<int>(fusion::Policy{}.thread_trial_sightings)};
 
-// Per geometry: how often it was seen (1 .. kSightings - 1), then the verdict. Shapes that
+// Per geometry: how often it was seen (1 .. sightings - 1), then the verdict. Shapes that
 // never recur (a batch size new at every step) never pay for a trial.
-constexpr int8_t kSightings = 3, kFree = 100, kFixed = -1;
+constexpr int8_t kFree = 100, kFixed = -1;
 thread_local std::unordered_map<uint64_t, int8_t> t_verdicts;
 std::atomic<uint64_t> g_trials{0}, g_free{0};
 
@@ -45,7 +49,7 @@ bool eligible(const OpWork& w) {
   for (const auto& m : w.record.tensors)
     if (m.defined && (!floating(m.dtype) || m.flags != 0)) return false;
   for (const auto& m : w.output_metas)
-    if (!m.defined || !floating(m.dtype) || m.numel() < kTrialMinOutput) return false;
+    if (!m.defined || !floating(m.dtype) || m.numel() < g_min_output.load(std::memory_order_relaxed)) return false;
   for (const auto& s : w.slots)
     if (s.kind != SlotKind::kValue && s.kind != SlotKind::kTensor) return false;
   return true;
@@ -89,7 +93,8 @@ bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
 
 bool trial(const OpWork& w, int threads) {
   ++g_trials;
-  for (int t = 0; t < kTrials; ++t) {
+  const int runs = g_runs.load(std::memory_order_relaxed);
+  for (int t = 0; t < runs; ++t) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(0x5eed + static_cast<uint64_t>(t));
     std::vector<at::Tensor> inputs;
     inputs.reserve(w.record.tensors.size());
@@ -109,7 +114,7 @@ bool trial_thread_free(const OpWork& w) {
   int8_t& state = t_verdicts[key];
   if (state == kFree) return true;
   if (state == kFixed) return false;
-  if (++state < kSightings) return false;  // a geometry that recurs is worth a trial
+  if (++state < g_sightings.load(std::memory_order_relaxed)) return false;  // a geometry that recurs is worth a trial
   bool free = false;
   if (eligible(w)) {
     try {
@@ -120,6 +125,12 @@ bool trial_thread_free(const OpWork& w) {
   }
   state = free ? kFree : kFixed;
   return free;
+}
+
+void set_thread_trial_policy(const fusion::Policy& policy) {
+  g_min_output.store(static_cast<int64_t>(policy.thread_trial_min_output), std::memory_order_relaxed);
+  g_runs.store(static_cast<int>(policy.thread_trial_runs), std::memory_order_relaxed);
+  g_sightings.store(static_cast<int>(policy.thread_trial_sightings), std::memory_order_relaxed);
 }
 
 ThreadTrialStats thread_trial_stats() { return {g_trials.load(), g_free.load()}; }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/op_thread_rule.h"
 #include "backend/stream.h"
 
 namespace neuron::backend {
@@ -38,6 +39,8 @@ int large_item_threads() { return g_large_threads.load(std::memory_order_relaxed
 void set_thread_policy(const fusion::Policy& policy) {
   g_spread_elements.store(static_cast<int64_t>(policy.spread_elements), std::memory_order_relaxed);
   g_large_matmul_work.store(static_cast<int64_t>(policy.large_matmul_work), std::memory_order_relaxed);
+  Stream::set_wait_limits(policy.deep_backlog_ops, std::chrono::microseconds(policy.long_wait_us));
+  set_thread_trial_policy(policy);
 }
 int64_t spread_elements() { return g_spread_elements.load(std::memory_order_relaxed); }
 int64_t large_matmul_work() { return g_large_matmul_work.load(std::memory_order_relaxed); }
@@ -81,7 +84,7 @@ namespace {
 // region of a worker kernel; throttled, every region pays a futex wake-up. On 2 CPUs the
 // worker's team (1 thread beside the initial one) alone leaves libgomp spinning; the
 // host's team, or this ballast thread's, tips it to throttled. Teams spin only while a
-// host thread has been blocked for Stream::kLongWait (and then holds no team itself):
+// host thread has been blocked for the policy's long_wait_us (and then holds no team itself):
 // a spinning team thread takes a busy host's core, and a spin in progress is not cut
 // short when the host resumes. paired.py, adaptive / CPU eager, 14 rounds: llama_train
 // 0.78-0.82 always throttled, 0.96-0.99 spinning during long waits; llama_decode 1.34

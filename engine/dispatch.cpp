@@ -48,9 +48,6 @@ bool same_dtypes_as_first_list(const OpWork& work) {
 
 }  // namespace
 
-// Queued ops per stream beyond which the dispatching thread waits for the worker.
-constexpr int64_t kMaxQueuedOps = 1024;
-
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   neuron_fallback(op, stack, nullptr);
 }
@@ -224,8 +221,8 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Bo
     // Backpressure, as a CUDA launch queue gives: a host far ahead of the worker only
     // piles up memory (a freed block waits for the work queued before its free, so each
     // step ahead takes fresh blocks, and their first touch page-faults). No engine lock is
-    // held here.
-    if (stream.pending() > kMaxQueuedOps) stream.wait_for_backlog(kMaxQueuedOps / 2);
+    // held here. The bound is the policy's queue_max_ops.
+    if (const int64_t bound = active_queue_max_ops(); stream.pending() > bound) stream.wait_for_backlog(bound / 2);
     if (launch_blocking()) synchronize_stream(stream, "NEURON_LAUNCH_BLOCKING");
   }
   if (borrowed != nullptr)

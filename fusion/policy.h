@@ -60,6 +60,21 @@ struct Policy {
   // A free matmul's work (multiply-adds / 32) from which it takes CPU eager's thread count
   // even while the host is busy (the host soon waits for it).
   uint64_t large_matmul_work = uint64_t{1} << 19;
+  // Backpressure: a host more than queue_max_ops items ahead of a stream's worker waits
+  // until half of them ran (the bound a CUDA launch queue gives).
+  uint32_t queue_max_ops = 1024;
+  // A stream more than deep_backlog_ops items behind counts as far behind: free items take
+  // CPU eager's thread count, as while a host thread waits for it.
+  uint32_t deep_backlog_ops = 256;
+  // A host thread blocked on a stream this long frees its OpenMP team and lets the
+  // worker's team spin (the host will not need a core soon).
+  uint32_t long_wait_us = 5000;
+  // Thread-count trials of matmul and reduction geometries (backend/thread_trial.cpp):
+  // tried at the thread_trial_sightings-th sighting, thread_trial_runs times on random
+  // inputs; outputs under thread_trial_min_output elements keep CPU eager's count.
+  uint32_t thread_trial_sightings = 3;
+  uint32_t thread_trial_runs = 2;
+  uint32_t thread_trial_min_output = 256;
   std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
   GuardSettings guard;                       // the online guard (fusion/guard.h): knobs guard_*
 

@@ -153,3 +153,42 @@ TEST(Policy, NativeBuildGateDecidesAsTheTier2CostGate) {
   EXPECT_FALSE(p.should_build_native(uint64_t{1} << 60, 1000));  // never
   EXPECT_FALSE(builtin_policy("never")->should_build_native(5 * 1'000'000'000ull, 5));
 }
+
+TEST(Policy, QueueAndThreadTrialKnobsKeepTheirFormerDefaultsAndCheckRanges) {
+  const Policy d;
+  EXPECT_EQ(d.queue_max_ops, 1024u);
+  EXPECT_EQ(d.deep_backlog_ops, 256u);
+  EXPECT_EQ(d.long_wait_us, 5000u);
+  EXPECT_EQ(d.thread_trial_sightings, 3u);
+  EXPECT_EQ(d.thread_trial_runs, 2u);
+  EXPECT_EQ(d.thread_trial_min_output, 256u);
+  const std::string listed = describe_policy_knobs();
+  for (const char* line : {"queue_max_ops (default 1024; integer 2..1000000)", "deep_backlog_ops (default 256;",
+                           "long_wait_us (default 5000;", "thread_trial_sightings (default 3; integer 1..99)",
+                           "thread_trial_runs (default 2;", "thread_trial_min_output (default 256;"})
+    EXPECT_NE(listed.find(line), std::string::npos) << line;
+  std::string error;
+  auto p = parse_policy(
+      "queue_max_ops = 2\ndeep_backlog_ops = 1\nlong_wait_us = 0\nthread_trial_sightings = 99\n"
+      "thread_trial_runs = 16\nthread_trial_min_output = 1\n",
+      "test", error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_EQ(p->queue_max_ops, 2u);
+  EXPECT_EQ(p->deep_backlog_ops, 1u);
+  EXPECT_EQ(p->long_wait_us, 0u);
+  EXPECT_EQ(p->thread_trial_sightings, 99u);
+  EXPECT_EQ(p->thread_trial_runs, 16u);
+  EXPECT_EQ(p->thread_trial_min_output, 1u);
+  const std::pair<const char*, const char*> bad[] = {
+      {"queue_max_ops = 1\n", "2..1000000"},
+      {"deep_backlog_ops = 0\n", "1..1000000"},
+      {"long_wait_us = 10000001\n", "0..10000000"},
+      {"thread_trial_sightings = 100\n", "1..99"},  // 100 is the trial's own "free" mark
+      {"thread_trial_runs = 0\n", "1..16"},
+      {"thread_trial_min_output = -5\n", "1..1073741824"},
+  };
+  for (const auto& [text, range] : bad) {
+    EXPECT_FALSE(parse_policy(text, "f", error)) << text;
+    EXPECT_NE(error.find(range), std::string::npos) << text << error;
+  }
+}
