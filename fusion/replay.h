@@ -1,7 +1,11 @@
 // Offline replay: re-runs the adaptive controller's decisions (segmenting, hotness, the
 // cost gate, tiers) over a recorded op stream under any policy, without executing
-// anything, and predicts device time with a cost model. Mirrors engine/adaptive.cpp and
-// engine/recording.cpp; tests check it reproduces a recording's own decisions exactly.
+// anything, and predicts device time with a cost model. Mirrors the live engine: the same
+// trace::Segmenter with settings from fusion::segment_policy_of (as engine/active_policy.cpp),
+// cuts, keys and liveness as engine/recording.cpp closes segments, hotness and the cost
+// gate as engine/adaptive_cut.cpp decides at the cut. Tests check it reproduces a
+// recording's own decisions exactly. Split: replay_trace.cpp prepares the trace,
+// replay.cpp replays it under a policy, replay_costs.cpp predicts the time.
 #pragma once
 
 #include <cstdint>

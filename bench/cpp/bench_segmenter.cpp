@@ -1,6 +1,7 @@
 // Adaptive-mode host cost per op in the torch-free layers: segmenter add + cut (with the
 // segment key), trace-cache lookup, and window matching against ready programs' signatures
-// (modelled on engine/adaptive.cpp: candidates filtered per op, words compared at the cut).
+// (modelled on engine/adaptive_window.cpp, candidates filtered per op, and
+// engine/adaptive_cut.cpp, words compared at the cut).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -6,8 +6,11 @@ would have cost, in seconds, without running anything (docs/heuristics.md).
     report = rp.replay(prepared, "aggressive")        # a built-in, a policy file or a Policy
     report.device_ms, report.compiles, report.hit_rate, report.keys[0]
 
-The decisions are the adaptive controller's (engine/adaptive.cpp), re-run by the C++ core
-in fusion/replay.cpp: content-defined segmenting, hotness, the cost gate and the tier.
+The decisions are the adaptive controller's (engine/adaptive_cut.cpp decides at each
+segment cut), re-run by the C++ core (fusion/replay.h: replay_trace.cpp prepares a trace,
+replay.cpp replays it, replay_costs.cpp predicts device time): content-defined
+segmenting (the same trace::Segmenter and fusion::segment_policy_of as the engine),
+hotness, the cost gate and the tier.
 """
 
 from __future__ import annotations
