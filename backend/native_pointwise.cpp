@@ -16,6 +16,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
                              const fusion::Step& step, fusion::KernelSpec& spec,
                              std::string& why_not) {
   if (step.kind == fusion::Step::kForeachGroup) return build_foreach_spec(ops, step, spec, why_not);
+  if (step.row > 0) return build_row_spec(ops, step, spec, why_not);
   const OpWork& first = *ops[step.first];
   if (first.output_metas.empty()) return why_not = "no output", false;
   const auto dtype = static_cast<c10::ScalarType>(first.output_metas[0].dtype);
@@ -120,7 +121,9 @@ void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,
   const int64_t numel = step.numel;
   // Tiles only spread the work over threads; a multiple of 64 elements, so the scalar
   // tail falls where tier 1 (and ATen) put it: at the end of the tensor.
-  const int64_t tile = policy_.native_tile(numel);
+  // Row kernels run whole rows.
+  const int64_t tile = step.row > 0 ? std::max<int64_t>(1, policy_.native_tile(numel) / step.row) * step.row
+                                    : policy_.native_tile(numel);
   const int64_t tiles = (numel + tile - 1) / tile;
   // Tiles never depend on the thread count. Small groups stay on this thread (waking a
   // helper costs more than they take); larger ones spread once the host waits.
@@ -141,8 +144,9 @@ void NativeGroup::trial(const std::vector<std::unique_ptr<OpWork>>& ops, const f
   std::vector<char*> outs;
   for (const auto& b : binding_.pointers)
     if (b.output) {
-      scratch.push_back(at::empty({step.numel}, at::TensorOptions().dtype(
-                                                     type_ == fusion::ElemType::kFloat32 ? c10::kFloat : c10::kDouble)));
+      const int64_t numel = ops[step.first + b.op]->output_metas[b.index].numel();  // a row op's stats: one per row
+      scratch.push_back(at::empty({numel}, at::TensorOptions().dtype(
+                                               type_ == fusion::ElemType::kFloat32 ? c10::kFloat : c10::kDouble)));
       outs.push_back(static_cast<char*>(scratch.back().data_ptr()));
     }
   const uint64_t start = steady_ns();
@@ -155,7 +159,8 @@ void NativeGroup::trial(const std::vector<std::unique_ptr<OpWork>>& ops, const f
     const OpWork& op = *ops[step.first + b.op];
     const char* want = data_of(op.output_storages[b.index], op.output_metas[b.index]);
     const char* got = outs[o++];
-    for (int64_t i = 0; i < step.numel && equal; ++i)
+    const int64_t numel = op.output_metas[b.index].numel();
+    for (int64_t i = 0; i < numel && equal; ++i)
       equal = same_value(want + i * elem, got + i * elem, type_);
   }
   judge(equal, tier1_ns, tier2_ns);

@@ -49,7 +49,7 @@ void configure_native_once() {
     else
       o.flags.insert(o.flags.end(), {"-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"});
     o.version = std::string("neuron-eager ") + NEURON_VERSION + " torch " + NEURON_TORCH_VERSION +
-                " codegen 2";
+                " codegen 3";
     fusion::NativeCompiler::instance().configure(std::move(o));
   });
 }

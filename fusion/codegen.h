@@ -21,8 +21,12 @@ struct KernelArg {
     kScalarInput,  // a one-element operand (0-dim tensor): *ptrs[index]
     kScalar,       // a runtime scalar: scalars[index], converted to the element type
     kConst,        // a constant baked into the kernel (text, e.g. gelu's "tanh")
+    // Row kernels (KernelSpec::row > 0) only:
+    kColumnInput,  // one row's worth of values, the same for every row: ptrs[index][j]
+    kRowInput,     // one value per row: ptrs[index][r]
   } kind = kValue;
   int32_t index = 0;
+  int32_t output = 0;  // kValue: which output of op `index` (a layer norm's mean is 1, rstd 2)
   std::string text;
 };
 
@@ -30,6 +34,9 @@ struct KernelOp {
   std::string name;               // aten::add.Tensor, ...
   std::vector<KernelArg> args;    // schema order
   int32_t store = -1;             // ptrs index the result is written to; -1: registers only
+  // Row ops' per-row outputs 1, 2, ... (a layer norm's mean and rstd): the ptrs index each
+  // is written to (one value per row), -1: not written.
+  std::vector<int32_t> row_stores;
 };
 
 struct KernelSpec {
@@ -37,19 +44,25 @@ struct KernelSpec {
   std::vector<KernelOp> ops;
   int32_t pointers = 0;  // ptrs[] entries (inputs and stored results)
   int32_t scalars = 0;   // scalars[] entries
+  // Row kernels: elements per row (the last dim), a multiple of 64; the kernel runs whole
+  // rows, and may hold row ops (softmax, log_softmax, layer norm) besides pointwise ones,
+  // whose operands may be broadcast along rows or columns. 0: a pointwise kernel.
+  int64_t row = 0;
   // Headers that define the vector library the formulas use (at::vec::Vectorized and
   // its functions), included first; the backend names them (this layer is torch-free).
   std::vector<std::string> headers;
 };
 
 // The entry point every generated kernel exports: elements [begin, end) of every
-// full-size operand.
+// full-size operand (row kernels: whole rows, begin and end multiples of the row).
 using NativeKernelFn = void (*)(int64_t begin, int64_t end, char* const* ptrs,
                                 const double* scalars);
 inline constexpr const char* kNativeSymbol = "neuron_fused_kernel";
 
-// Whether an op (schema name) has a tier-2 formula for that element type.
+// Whether an op (schema name) has a tier-2 formula for that element type (row ops only in
+// row kernels: native_row_op_supported).
 bool native_op_supported(const std::string& name, ElemType type);
+bool native_row_op_supported(const std::string& name);
 
 // The kernel's source, or std::nullopt with why_not set (an op without a formula, an
 // argument of the wrong kind).

@@ -1,0 +1,94 @@
+"""Random row programs (layer norm, softmax and log_softmax over the last dim, with
+pointwise ops around them whose operands may be one row broadcast down the rows or one
+value per row), run in loops in adaptive mode with tier 2 forced on, compared bit for bit
+with CPU eager. Prints a JSON summary. Used by test_native.py (in a subprocess with its own
+NEURON_CACHE_DIR).
+
+    python tests/python/row_diff.py [--programs N] [--seed S]
+"""
+
+import argparse
+import json
+import random
+
+import torch
+import torch.nn.functional as F
+
+import neuron_eager
+
+ROW = ["layer_norm", "layer_norm_plain", "softmax", "log_softmax"]
+POINTWISE = ["add", "mul", "sub", "sigmoid", "silu", "scale", "add_col", "mul_col", "mul_row", "rsqrt"]
+
+
+def apply(name, x, y, col, rowv):
+    d = x.shape[-1]
+    if name == "layer_norm": return F.layer_norm(x, (d,), col, col * 0.5 + 1.0, 1e-5)
+    if name == "layer_norm_plain": return F.layer_norm(x, (d,), None, None, 1e-6)
+    if name == "softmax": return torch.softmax(x, -1)
+    if name == "log_softmax": return torch.log_softmax(x, -1)
+    if name == "add": return x + y
+    if name == "mul": return x * y
+    if name == "sub": return x - y
+    if name == "sigmoid": return x.sigmoid()
+    if name == "silu": return F.silu(x)
+    if name == "scale": return x * 1.5
+    if name == "add_col": return x + col
+    if name == "mul_col": return x * col
+    if name == "mul_row": return x * rowv
+    if name == "rsqrt": return (x.abs() + 0.25).rsqrt()
+    raise AssertionError(name)
+
+
+def make(rng):
+    shape = (rng.choice([8, 33, 200]), rng.choice([64, 256, 320, 1024]))
+    dtype = rng.choice([torch.float32, torch.float64])
+    steps = []
+    n = 2
+    for _ in range(rng.randint(4, 9)):
+        name = rng.choice(ROW) if rng.random() < 0.35 else rng.choice(POINTWISE)
+        steps.append((name, rng.randrange(n), rng.randrange(n)))
+        n += 1
+    return shape, dtype, steps
+
+
+def run(program, inputs):
+    a, b, col, rowv = inputs
+    values = [a, b]
+    for name, i, j in program[2]:
+        values.append(apply(name, values[i], values[j], col, rowv))
+    return values[-1]
+
+
+def main(programs, seed):
+    rng = random.Random(seed)
+    neuron_eager.set_mode("adaptive")
+    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1,
+                             "min_group_elements": 0, "guard": False})
+    mismatches = []
+    progs = [make(rng) for _ in range(programs)]
+    data = []
+    for i, prog in enumerate(progs):
+        g = torch.Generator().manual_seed(seed * 1000 + i)
+        (r, d), dtype = prog[0], prog[1]
+        cpu = [torch.randn(r, d, dtype=dtype, generator=g), torch.randn(r, d, dtype=dtype, generator=g),
+               torch.randn(d, dtype=dtype, generator=g), torch.randn(r, 1, dtype=dtype, generator=g)]
+        data.append((cpu, run(prog, cpu), [t.to("neuron") for t in cpu]))
+    for round_ in range(12):
+        for i, prog in enumerate(progs):
+            out = run(prog, data[i][2]).cpu()
+            if not torch.equal(out, data[i][1]) and i not in mismatches:
+                mismatches.append(i)
+        if round_ == 3:
+            neuron_eager._C.native_wait_idle()
+    neuron_eager.set_policy("default")
+    neuron_eager.set_mode("eager")
+    c = {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
+    return {"programs": programs, "mismatches": mismatches, "counters": c}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--programs", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    print(json.dumps(main(a.programs, a.seed)))
