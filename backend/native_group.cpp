@@ -153,6 +153,12 @@ void NativeGroup::judge(bool equal, uint64_t tier1_ns, uint64_t tier2_ns) {
   }
 }
 
+bool NativeGroup::tier2_needs_runs() {
+  if (state_.load() != kIdle || policy_.tier == fusion::Tier::kInstant) return false;
+  std::lock_guard lock(mutex_);
+  return build_failures_ == 0 && tier1_runs_ < policy_.native_min_runs;
+}
+
 bool NativeGroup::run_whole_next() {
   const int c = tier1_choice_.load(std::memory_order_relaxed);
   if (c != 0) return c == 2;

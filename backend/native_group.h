@@ -83,6 +83,15 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
   // Whether a tier-2 kernel runs side by side with tier 1 (its trial): such runs take
   // both tiers' time, not what the group will run at.
   bool on_native_trial() const { return state_.load() == kTrial; }
+  // Whether the cost gate still waits for tier-1 runs before it decides on a build (at
+  // most native_min_runs): the guard does not demote a key on tier 1's figures while one
+  // of its groups may still ask for a kernel.
+  bool tier2_needs_runs();
+  // Whether a kernel arrived: built and waiting for its trial against tier 1, or accepted.
+  bool tier2_arrived() const {
+    const int s = state_.load();
+    return s == kTrial || s == kAccepted;
+  }
 
  private:
   // The group's kernel source (spec from build_spec, ATen's vec headers), or std::nullopt

@@ -47,6 +47,21 @@ bool on_native_trial(const ReadyProgram& p) {
   return false;
 }
 
+// Whether a group's cost gate still counts tier-1 runs before it may ask for a kernel: the
+// guard then tries the program a little longer (a few fused runs) instead of demoting it
+// on tier 1's figures alone.
+bool tier2_needs_runs(const ReadyProgram& p) {
+  for (const auto& n : p.natives)
+    if (n && n->tier2_needs_runs()) return true;
+  return false;
+}
+
+bool tier2_arrived(const ReadyProgram& p) {
+  for (const auto& n : p.natives)
+    if (n && n->tier2_arrived()) return true;
+  return false;
+}
+
 // The guard's part of a cut of a key that has a program: time a trial occurrence, take a
 // verdict, pick the next occurrence's mode, start re-trials that are due.
 void guard_at_cut(StreamState& state, ReadyProgram& ready,
@@ -71,6 +86,13 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
       return;
     }
     const bool keep = report.verdict == fusion::GuardVerdict::kKeep;
+    if (!keep && tier2_needs_runs(ready)) {
+      // Judged on tier 1 before its groups' cost gates had their runs: the trial starts
+      // over, giving them the few fused runs a build request waits for.
+      guard.start_trial();
+      ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
+      return;
+    }
     ready.on_trial = false;
     ready.per_op = !keep;
     count_guard_verdict(report.verdict);
@@ -80,7 +102,10 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
                                                                   : trace::SegmentState::kReadyTier1);
     return;
   }
-  if (ready.per_op.load() && guard.retry_due(count)) {
+  // A key demoted on tier 1 is re-tried at once when a kernel of its arrives (once).
+  const bool tier2_came = ready.per_op.load() && !ready.tier2_retried.load() && tier2_arrived(ready);
+  if (tier2_came) ready.tier2_retried = true;
+  if (ready.per_op.load() && (tier2_came || guard.retry_due(count))) {
     guard.start_trial();
     ready.on_trial = true;
     ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;

@@ -37,6 +37,9 @@ struct ReadyProgram {
   std::atomic<bool> on_trial{false};
   std::atomic<bool> per_op{false};
   std::atomic<bool> tier2_noted{false};
+  // A key demoted on tier 1's figures is re-tried once as soon as a tier-2 kernel of its
+  // arrives (built, to be tried against tier 1, or accepted).
+  std::atomic<bool> tier2_retried{false};
 };
 
 struct Registry {
