@@ -100,9 +100,6 @@ class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
                                            const fusion::Step& step, std::string& why_not);
   bool build_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                   fusion::KernelSpec& spec, std::string& why_not);
-  // Row groups (tiles of whole rows; native_rows.cpp).
-  bool build_row_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
-                      fusion::KernelSpec& spec, std::string& why_not);
   bool build_foreach_spec(const std::vector<std::unique_ptr<OpWork>>& ops, const fusion::Step& step,
                           fusion::KernelSpec& spec, std::string& why_not);
   // Keeps a finished spec's binding for the runs (the spec counts its pointers and

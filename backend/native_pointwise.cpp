@@ -1,5 +1,5 @@
-// Tier 2 for pointwise (tile) groups: the kernel spec and its binding from the group's
-// ops, runs of the kernel over tiles, and its side-by-side trial against tier 1.
+// Tier 2 for tile groups (pointwise and row groups): runs of the kernel over tiles, and its
+// side-by-side trial against tier 1. Their kernel spec: native_tile_spec.cpp.
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
@@ -11,92 +11,6 @@
 
 namespace neuron::backend {
 using namespace detail;
-
-bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
-                             const fusion::Step& step, fusion::KernelSpec& spec,
-                             std::string& why_not) {
-  if (step.kind == fusion::Step::kForeachGroup) return build_foreach_spec(ops, step, spec, why_not);
-  if (step.row > 0) return build_row_spec(ops, step, spec, why_not);
-  const OpWork& first = *ops[step.first];
-  if (first.output_metas.empty()) return why_not = "no output", false;
-  const auto dtype = static_cast<c10::ScalarType>(first.output_metas[0].dtype);
-  if (!element_type(dtype, spec.type, why_not)) return false;
-
-  std::unordered_map<uint64_t, int32_t> produced;  // storage -> op of the group
-  std::unordered_map<uint64_t, int32_t> external;  // storage -> pointer index
-  NativeBinding binding;
-  auto& registry = trace::OpRegistry::instance();
-  for (uint32_t k = 0; k < step.count; ++k) {
-    const OpWork& op = *ops[step.first + k];
-    fusion::KernelOp kop;
-    kop.name = registry.name(op.record.op);
-    if (!fusion::native_op_supported(kop.name, spec.type))
-      return why_not = kop.name + " has no native formula for this element type", false;
-    if (op.output_metas.size() != 1 || static_cast<c10::ScalarType>(op.output_metas[0].dtype) != dtype)
-      return why_not = kop.name + ": output type differs from the group's", false;
-    for (size_t a = 0; a < op.slots.size(); ++a) {
-      const ArgSlot& slot = op.slots[a];
-      fusion::KernelArg arg;
-      if (slot.kind == SlotKind::kValue) {
-        const c10::IValue& v = op.values[a];
-        if (v.isDouble() || v.isInt() || (v.isScalar() && !v.isBool() && !v.isComplexDouble())) {
-          arg.kind = fusion::KernelArg::kScalar;
-          arg.index = static_cast<int32_t>(binding.scalars.size());
-          binding.scalars.push_back({k, false, static_cast<uint32_t>(a)});
-        } else if (v.isString()) {
-          arg.kind = fusion::KernelArg::kConst;
-          arg.text = v.toStringRef();
-        } else if (v.isNone()) {
-          arg.kind = fusion::KernelArg::kConst;
-          arg.text = "None";
-        } else {
-          return why_not = kop.name + ": argument " + std::to_string(a) + " is not a number", false;
-        }
-      } else if (slot.kind == SlotKind::kTensor) {
-        const trace::TensorMeta& m = op.record.tensors[slot.first];
-        const TensorSource& src = op.inputs[slot.first];
-        if (!m.defined) return why_not = kop.name + ": undefined tensor argument", false;
-        if (!src.storage) {
-          if (!src.host.defined() || src.host.dim() != 0)
-            return why_not = kop.name + ": host tensor argument", false;
-          arg.kind = fusion::KernelArg::kScalar;
-          arg.index = static_cast<int32_t>(binding.scalars.size());
-          binding.scalars.push_back({k, true, slot.first});
-        } else if (m.ndim > 0 && m.numel() != step.numel) {
-          return why_not = kop.name + ": operand broadcast along rows", false;
-        } else if (static_cast<c10::ScalarType>(m.dtype) != dtype) {
-          return why_not = kop.name + ": operand type differs from the group's", false;
-        } else if (m.ndim == 0) {
-          arg.kind = fusion::KernelArg::kScalarInput;
-          arg.index = static_cast<int32_t>(binding.pointers.size());
-          binding.pointers.push_back({k, false, slot.first});
-        } else if (auto p = produced.find(m.storage); p != produced.end()) {
-          arg.kind = fusion::KernelArg::kValue;
-          arg.index = p->second;
-        } else if (auto e = external.find(m.storage); e != external.end()) {
-          arg.kind = fusion::KernelArg::kInput;
-          arg.index = e->second;
-        } else {
-          arg.kind = fusion::KernelArg::kInput;
-          arg.index = static_cast<int32_t>(binding.pointers.size());
-          external[m.storage] = arg.index;
-          binding.pointers.push_back({k, false, slot.first});
-        }
-      } else {
-        return why_not = kop.name + ": tensor-list argument", false;
-      }
-      kop.args.push_back(std::move(arg));
-    }
-    if (!step.scratch[k][0]) {
-      kop.store = static_cast<int32_t>(binding.pointers.size());
-      binding.pointers.push_back({k, true, 0});
-    }
-    produced[op.output_storages[0].id] =
-        static_cast<int32_t>(k);
-    spec.ops.push_back(std::move(kop));
-  }
-  return keep_binding(std::move(binding), spec);
-}
 
 void NativeGroup::run_kernel(const std::vector<std::unique_ptr<OpWork>>& ops,
                              const fusion::Step& step, const std::vector<char*>* output_override) {

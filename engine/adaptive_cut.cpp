@@ -33,33 +33,30 @@ void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, 
   rec.emit(e);
 }
 
-bool has_tier2_kernel(const ReadyProgram& p) {
+// Whether any tier-2 group of the program satisfies `pred`.
+template <typename Pred>
+bool any_group(const ReadyProgram& p, Pred pred) {
   for (const auto& n : p.natives)
-    if (n && n->state() == backend::NativeGroup::kAccepted) return true;
+    if (n && pred(*n)) return true;
   return false;
 }
 
+bool has_tier2_kernel(const ReadyProgram& p) {
+  return any_group(p, [](backend::NativeGroup& n) { return n.state() == backend::NativeGroup::kAccepted; });
+}
 // Whether a fused group of the program runs its tier-2 trial (both tiers per run): guard
 // samples of such runs would judge the trial, not the program.
 bool on_native_trial(const ReadyProgram& p) {
-  for (const auto& n : p.natives)
-    if (n && n->on_native_trial()) return true;
-  return false;
+  return any_group(p, [](backend::NativeGroup& n) { return n.on_native_trial(); });
 }
-
 // Whether a group's cost gate still counts tier-1 runs before it may ask for a kernel: the
 // guard then tries the program a little longer (a few fused runs) instead of demoting it
 // on tier 1's figures alone.
 bool tier2_needs_runs(const ReadyProgram& p) {
-  for (const auto& n : p.natives)
-    if (n && n->tier2_needs_runs()) return true;
-  return false;
+  return any_group(p, [](backend::NativeGroup& n) { return n.tier2_needs_runs(); });
 }
-
 bool tier2_arrived(const ReadyProgram& p) {
-  for (const auto& n : p.natives)
-    if (n && n->tier2_arrived()) return true;
-  return false;
+  return any_group(p, [](backend::NativeGroup& n) { return n.tier2_arrived(); });
 }
 
 // The guard's part of a cut of a key that has a program: time a trial occurrence, take a

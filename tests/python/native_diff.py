@@ -75,18 +75,16 @@ def run(program, inputs):
     return values[-1]
 
 
-def main(programs, seed):
-    rng = random.Random(seed)
+def compare_rounds(progs, data, run):
+    """Runs every program on the device in rounds (data[i]: CPU inputs, CPU eager's result,
+    device inputs) in adaptive mode with tier 2 forced on, the guard off; returns the
+    indices of programs whose result ever differed from CPU eager's, and the native
+    counters."""
     neuron_eager.set_mode("adaptive")
     neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1,
-                             "min_group_elements": 0})  # odd small sizes group too
+                             "min_group_elements": 0,  # odd small sizes group too
+                             "guard": False})  # every kernel runs: none is demoted
     mismatches = []
-    progs = [make(rng) for _ in range(programs)]
-    data = []
-    for i, prog in enumerate(progs):
-        g = torch.Generator().manual_seed(seed * 1000 + i)
-        cpu = [torch.randn(prog[0], dtype=prog[1], generator=g) for _ in range(3)]
-        data.append((cpu, run(prog, cpu), [t.to("neuron") for t in cpu]))
     # Rounds over all programs: every program gets hot, its kernels build in the
     # background, and later rounds run them (after the bit-for-bit trial against tier 1).
     for round_ in range(12):
@@ -98,8 +96,25 @@ def main(programs, seed):
             neuron_eager._C.native_wait_idle()
     neuron_eager.set_policy("default")
     neuron_eager.set_mode("eager")
-    c = {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
+    return mismatches, {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
+
+
+def differential(programs, seed, make, inputs, run):
+    """`programs` programs from make(rng), each on inputs(program, generator), compared
+    with CPU eager (compare_rounds); the JSON summary."""
+    rng = random.Random(seed)
+    progs = [make(rng) for _ in range(programs)]
+    data = []
+    for i, prog in enumerate(progs):
+        cpu = inputs(prog, torch.Generator().manual_seed(seed * 1000 + i))
+        data.append((cpu, run(prog, cpu), [t.to("neuron") for t in cpu]))
+    mismatches, c = compare_rounds(progs, data, run)
     return {"programs": programs, "mismatches": mismatches, "counters": c}
+
+
+def main(programs, seed):
+    return differential(programs, seed, make, lambda prog, g: [torch.randn(prog[0], dtype=prog[1], generator=g)
+                                                               for _ in range(3)], run)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-import neuron_eager
+from native_diff import differential
 
 ROW = ["layer_norm", "layer_norm_plain", "softmax", "log_softmax"]
 POINTWISE = ["add", "mul", "sub", "sigmoid", "silu", "scale", "add_col", "mul_col", "mul_row", "rsqrt"]
@@ -59,31 +59,10 @@ def run(program, inputs):
     return values[-1]
 
 
-def main(programs, seed):
-    rng = random.Random(seed)
-    neuron_eager.set_mode("adaptive")
-    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1,
-                             "min_group_elements": 0, "guard": False})
-    mismatches = []
-    progs = [make(rng) for _ in range(programs)]
-    data = []
-    for i, prog in enumerate(progs):
-        g = torch.Generator().manual_seed(seed * 1000 + i)
-        (r, d), dtype = prog[0], prog[1]
-        cpu = [torch.randn(r, d, dtype=dtype, generator=g), torch.randn(r, d, dtype=dtype, generator=g),
-               torch.randn(d, dtype=dtype, generator=g), torch.randn(r, 1, dtype=dtype, generator=g)]
-        data.append((cpu, run(prog, cpu), [t.to("neuron") for t in cpu]))
-    for round_ in range(12):
-        for i, prog in enumerate(progs):
-            out = run(prog, data[i][2]).cpu()
-            if not torch.equal(out, data[i][1]) and i not in mismatches:
-                mismatches.append(i)
-        if round_ == 3:
-            neuron_eager._C.native_wait_idle()
-    neuron_eager.set_policy("default")
-    neuron_eager.set_mode("eager")
-    c = {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
-    return {"programs": programs, "mismatches": mismatches, "counters": c}
+def inputs(prog, g):
+    (r, d), dtype = prog[0], prog[1]
+    return [torch.randn(r, d, dtype=dtype, generator=g), torch.randn(r, d, dtype=dtype, generator=g),
+            torch.randn(d, dtype=dtype, generator=g), torch.randn(r, 1, dtype=dtype, generator=g)]
 
 
 if __name__ == "__main__":
@@ -91,4 +70,4 @@ if __name__ == "__main__":
     ap.add_argument("--programs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    print(json.dumps(main(a.programs, a.seed)))
+    print(json.dumps(differential(a.programs, a.seed, make, inputs, run)))

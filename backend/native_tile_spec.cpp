@@ -1,6 +1,7 @@
-// Tier 2 for row groups (tiles of whole rows): the kernel spec and its binding from the
-// group's ops. Pointwise ops, softmax, log_softmax and layer norm over the last dim; an
-// operand is full size, one row broadcast down the rows (a weight), or one value per row.
+// Tier 2 for tile groups: the kernel spec and its binding from the group's ops. Pointwise
+// groups: ops with a formula over full-size operands (and scalars). Row groups (tiles of
+// whole rows) also: softmax, log_softmax and layer norm over the last dim, and operands
+// that are one row broadcast down the rows (a weight) or one value per row.
 #include <unordered_map>
 
 #include "backend/native_group.h"
@@ -10,14 +11,15 @@
 namespace neuron::backend {
 using namespace detail;
 
-bool NativeGroup::build_row_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
-                                 const fusion::Step& step, fusion::KernelSpec& spec,
-                                 std::string& why_not) {
+bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
+                             const fusion::Step& step, fusion::KernelSpec& spec,
+                             std::string& why_not) {
+  if (step.kind == fusion::Step::kForeachGroup) return build_foreach_spec(ops, step, spec, why_not);
   const OpWork& first = *ops[step.first];
   if (first.output_metas.empty()) return why_not = "no output", false;
   const auto dtype = static_cast<c10::ScalarType>(first.output_metas[0].dtype);
   if (!element_type(dtype, spec.type, why_not)) return false;
-  const int64_t R = step.row, rows = step.numel / step.row;
+  const int64_t R = step.row, rows = R > 0 ? step.numel / R : 0;
   spec.row = R;
 
   struct Produced {
@@ -32,7 +34,7 @@ bool NativeGroup::build_row_spec(const std::vector<std::unique_ptr<OpWork>>& ops
     const OpWork& op = *ops[step.first + k];
     fusion::KernelOp kop;
     kop.name = registry.name(op.record.op);
-    const bool row_op = fusion::native_row_op_supported(kop.name);
+    const bool row_op = R > 0 && fusion::native_row_op_supported(kop.name);
     if (!row_op && !fusion::native_op_supported(kop.name, spec.type))
       return why_not = kop.name + " has no native formula for this element type", false;
     for (const auto& m : op.output_metas)
@@ -86,6 +88,7 @@ bool NativeGroup::build_row_spec(const std::vector<std::unique_ptr<OpWork>>& ops
         } else {
           const int64_t n = m.numel(), last = m.sizes[m.ndim - 1];
           if (n == step.numel) arg.kind = fusion::KernelArg::kInput;
+          else if (R == 0) return why_not = kop.name + ": operand broadcast along rows", false;
           else if (n == R && last == R) arg.kind = fusion::KernelArg::kColumnInput;
           else if (n == rows && last == 1) arg.kind = fusion::KernelArg::kRowInput;
           else return why_not = kop.name + ": operand of " + std::to_string(n) + " elements in rows of " + std::to_string(R), false;
