@@ -26,6 +26,20 @@ void configure_native_once() {
       if (xdg != nullptr && *xdg) o.cache_dir = std::string(xdg) + "/neuron-eager";
       else if (home != nullptr && *home) o.cache_dir = std::string(home) + "/.cache/neuron-eager";
     }
+    // The precompiled prelude is shared by every cache folder of this user (it depends only
+    // on compiler, flags and versions, and is ~100 MB): NEURON_PRELUDE_DIR, else the
+    // default cache's pch folder; "off" builds none.
+    const char* prelude = std::getenv("NEURON_PRELUDE_DIR");
+    if (prelude != nullptr && *prelude) {
+      o.prelude_dir = std::string(prelude) == "off" ? "" : prelude;
+    } else {
+      const char* xdg = std::getenv("XDG_CACHE_HOME");
+      const char* home = std::getenv("HOME");
+      if (xdg != nullptr && *xdg) o.prelude_dir = std::string(xdg) + "/neuron-eager/pch";
+      else if (home != nullptr && *home) o.prelude_dir = std::string(home) + "/.cache/neuron-eager/pch";
+    }
+    o.prelude_headers = {"ATen/cpu/vec/vec.h", "ATen/cpu/vec/functional.h", "array", "algorithm", "cmath",
+                         "cstdint", "cstring", "limits", "type_traits"};
     std::string include, lib_dir;
     Dl_info info{};
     if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) != 0 && info.dli_fname) {

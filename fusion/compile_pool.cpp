@@ -32,6 +32,9 @@ void NativeCompiler::submit(std::string source, std::function<void(const NativeR
       done(r);
     } catch (...) {
     }
+    // This machine compiles kernels: later builds use the precompiled prelude (built once,
+    // here, off every critical path).
+    if (r.from == NativeResult::From::kCompiled) prelude_.prepare(options(), compiler_identity());
     in_flight_.fetch_sub(1);
   });
 }

@@ -95,8 +95,12 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
     r.error = "cannot write " + src_path;
     return r;
   }
+  // The precompiled prelude, once built, saves most of the compile (same object).
+  std::vector<std::string> flags = o.flags;
+  if (const std::string prelude = prelude_.include_path(); !prelude.empty())
+    flags.insert(flags.end(), {"-include", prelude});
   const uint64_t start = now_ns();
-  const int status = compile_shared_object(o.compiler, o.flags, o.link_flags, src_path, tmp_so, log_path);
+  const int status = compile_shared_object(o.compiler, flags, o.link_flags, src_path, tmp_so, log_path);
   r.build_ns = now_ns() - start;
   compiles_.fetch_add(1);
   std::error_code ec;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fusion/codegen.h"
+#include "fusion/compile_prelude.h"
 
 namespace neuron::fusion {
 
@@ -26,6 +27,10 @@ struct NativeOptions {
   std::vector<std::string> link_flags;   // after the source (libraries)
   std::string cache_dir;                 // persistent cache root; empty: memory only
   std::string version;                   // engine + torch versions (part of every key)
+  // The precompiled prelude (compile_prelude.h): its folder ("" : none) and the headers
+  // every kernel includes first.
+  std::string prelude_dir;
+  std::vector<std::string> prelude_headers;
 };
 
 struct NativeResult {
@@ -83,6 +88,7 @@ class NativeCompiler {
   std::unordered_map<std::string, bool> verified_;
   std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0}, failures_{0}, corrupt_{0};
   std::atomic<int64_t> in_flight_{0};
+  CompilePrelude prelude_;
 };
 
 }  // namespace neuron::fusion

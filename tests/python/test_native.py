@@ -186,3 +186,36 @@ def test_row_programs_on_tier2_match_cpu_bit_for_bit(tmp_path):
     # Row ops were compiled, not left to tier 1.
     sources = "\n".join(f.read_text() for f in tmp_path.rglob("*.cpp"))
     assert "row_moments(in" in sources and "reduce_all" in sources
+
+
+def test_kernels_compile_with_the_precompiled_prelude(tmp_path):
+    """After the first kernel this machine compiles, the background pool builds the
+    prelude's precompiled header once (in NEURON_PRELUDE_DIR); later compiles pass it with
+    -include, and their kernels still equal CPU eager bit for bit. A broken prelude folder
+    only costs speed."""
+    log = tmp_path / "cxx.log"
+    wrapper = tmp_path / "cxx.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    env = dict(os.environ, NEURON_CACHE_DIR=str(tmp_path / "cache"), NEURON_CXX=str(wrapper),
+               NEURON_PRELUDE_DIR=str(tmp_path / "pch"))
+    script = Path(__file__).with_name("row_diff.py")
+    p = subprocess.run([sys.executable, str(script), "--programs", "4", "--seed", "11"], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["mismatches"] == [] and r["counters"]["native_rejected_mismatch"] == 0, r
+    lines = log.read_text().splitlines()
+    headers = [i for i, l in enumerate(lines) if "c++-header" in l]
+    assert len(headers) == 1, lines  # built once
+    assert list((tmp_path / "pch").rglob("neuron_prelude.h.gch"))
+    later = [l for l in lines[headers[0] + 1:] if "-shared" in l]
+    assert later and all("-include" in l for l in later), lines
+    # A prelude folder that cannot be created: kernels compile without it.
+    (tmp_path / "file").write_text("")
+    env.update(NEURON_CACHE_DIR=str(tmp_path / "cache2"), NEURON_PRELUDE_DIR=str(tmp_path / "file" / "pch"))
+    p = subprocess.run([sys.executable, str(script), "--programs", "3", "--seed", "12"], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["mismatches"] == [] and r["counters"]["native_build_failures"] == 0, r
