@@ -21,6 +21,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
   if (!element_type(dtype, spec.type, why_not)) return false;
   const int64_t R = step.row, rows = R > 0 ? step.numel / R : 0;
   spec.row = R;
+  spec.rows = rows;
 
   struct Produced {
     int32_t op;
@@ -39,8 +40,14 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
       return why_not = kop.name + " has no native formula for this element type", false;
     for (const auto& m : op.output_metas)
       if (static_cast<c10::ScalarType>(m.dtype) != dtype) return why_not = kop.name + ": output type differs from the group's", false;
-    if (op.output_metas[0].numel() != step.numel)
-      return why_not = kop.name + ": per-row values (tier 2 runs ops over whole rows only)", false;
+    // Results are whole rows, or one value per row (row sums, ops on them: row groups).
+    const int64_t out_numel = op.output_metas[0].numel();
+    if (out_numel != step.numel && !(R > 0 && out_numel == rows))
+      return why_not = kop.name + ": output of " + std::to_string(out_numel) + " elements", false;
+    kop.per_row = !row_op && out_numel != step.numel;
+    if (kop.name == "aten::pow.Tensor_Scalar" && !(op.values.size() > 1 && op.values[1].isScalar() &&
+                                                  op.values[1].toScalar().toDouble() == 2.0))
+      return why_not = "aten::pow.Tensor_Scalar with an exponent other than 2 has no native formula", false;
     if (!row_op && op.output_metas.size() != 1) return why_not = kop.name + ": several outputs", false;
     for (size_t a = 0; a < op.slots.size(); ++a) {
       const ArgSlot& slot = op.slots[a];
@@ -49,11 +56,10 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
         const c10::IValue& v = op.values[a];
         const bool number = v.isDouble() || v.isInt() || (v.isScalar() && !v.isBool() && !v.isComplexDouble());
         if (row_op && kop.name != "aten::native_layer_norm") {
-          // _softmax / _log_softmax(self, dim, half_to_float): the dim is the last (the
-          // engine checked); no float upcast.
-          if (v.isBool() && v.toBool()) return why_not = kop.name + ": half_to_float", false;
+          // Softmax's (dim, half_to_float), a row sum's (dims, keepdim, dtype): the engine
+          // checked the dim is the last; the generator checks the flags.
           arg.kind = fusion::KernelArg::kConst;
-          arg.text = v.isBool() ? "false" : "dim";
+          arg.text = v.isBool() ? (v.toBool() ? "true" : "false") : v.isNone() ? "None" : "dim";
         } else if (number && !(row_op && a == 1)) {
           arg.kind = fusion::KernelArg::kScalar;
           arg.index = static_cast<int32_t>(binding.scalars.size());

@@ -23,6 +23,9 @@ const std::unordered_map<std::string, Formula>& formulas() {
       {"aten::sub.Tensor", {"at::vec::fmadd($1, $2.neg(), $0)", "$0 + (-$2) * $1", 3}},
       {"aten::rsub.Tensor", {"at::vec::fmadd($0, $2.neg(), $1)", "$1 + (-$2) * $0", 3}},
       {"aten::mul.Tensor", {"$0 * $1", "$0 * $1", 2}},
+      // pow(self, 2): ATen's pow kernel squares for an exponent of 2 (the only one bound:
+      // the backend passes other exponents to tier 1).
+      {"aten::pow.Tensor_Scalar", {"$0 * $0", "$0 * $0", 1}},
       {"aten::mul.Scalar", {"$0 * $1", "$0 * $1", 2}},
       {"aten::div.Tensor", {"$0 / $1", "$0 / $1", 2}},
       {"aten::neg", {"$0.neg()", "-$0", 1}},

@@ -37,6 +37,9 @@ struct KernelOp {
   // Row ops' per-row outputs 1, 2, ... (a layer norm's mean and rstd): the ptrs index each
   // is written to (one value per row), -1: not written.
   std::vector<int32_t> row_stores;
+  // Row kernels: a pointwise op over one value per row (its result is one value per row,
+  // as a row sum's); its store then writes one value per row.
+  bool per_row = false;
 };
 
 struct KernelSpec {
@@ -48,6 +51,8 @@ struct KernelSpec {
   // rows, and may hold row ops (softmax, log_softmax, layer norm) besides pointwise ones,
   // whose operands may be broadcast along rows or columns. 0: a pointwise kernel.
   int64_t row = 0;
+  int64_t rows = 0;  // row kernels with per-row ops: the tensor's rows (ATen's loop over
+                     // them puts its scalar tail at the last rows)
   // Headers that define the vector library the formulas use (at::vec::Vectorized and
   // its functions), included first; the backend names them (this layer is torch-free).
   std::vector<std::string> headers;

@@ -30,6 +30,9 @@ std::string substitute(const char* text, const std::vector<std::string>& args);
 // across ops); `type` is "float" or "double".
 std::string kernel_prelude(const std::vector<std::string>& headers, const char* type);
 
+// The row reductions row kernels carry (codegen_row_math.cpp): row_moments and row_sum,
+// with @r and @p standing for the 32-byte vector type's and intrinsics' suffixes.
+const char* row_math_source();
 // A row kernel's source (spec.row > 0; codegen_rows.cpp).
 std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, std::string& why_not);
 

@@ -5,6 +5,7 @@
 // a row op lives in a row-sized buffer (or straight in its output). Operands may be
 // broadcast down the rows (a norm's weight) or along them (one value per row).
 #include <algorithm>
+#include <array>
 #include <sstream>
 
 #include "fusion/codegen.h"
@@ -13,108 +14,16 @@
 namespace neuron::fusion {
 namespace {
 
-enum class RowOp : uint8_t { kNone, kSoftmax, kLogSoftmax, kLayerNorm };
+enum class RowOp : uint8_t { kNone, kSoftmax, kLogSoftmax, kLayerNorm, kSum, kMean };
 
 RowOp row_op_of(const std::string& name) {
   if (name == "aten::_softmax") return RowOp::kSoftmax;
   if (name == "aten::_log_softmax") return RowOp::kLogSoftmax;
   if (name == "aten::native_layer_norm") return RowOp::kLayerNorm;
+  if (name == "aten::sum.dim_IntList") return RowOp::kSum;
+  if (name == "aten::mean.dim") return RowOp::kMean;
   return RowOp::kNone;
 }
-
-// Row moments (mean, biased variance) computed as ATen's layer-norm kernel does: Welford
-// over chunks of up to 16 vectors of 32 bytes, chunk results merged along a binary
-// counter, the elements past the last whole vector one by one, then the lanes merged in
-// order. ATen registers no AVX-512 build of that kernel, so on AVX-512 CPUs it runs its
-// AVX2 one: the vectors here are 32 bytes wide whatever Vec is.
-constexpr const char* kRowMoments = R"(namespace {
-#if defined(CPU_CAPABILITY_AVX512)
-struct MV { __m256@r v; };
-constexpr int64_t kML = 32 / sizeof(T);
-inline MV mv_set(T s) { return {_mm256_set1_@p(s)}; }
-inline MV mv_load(const T* p) { return {_mm256_loadu_@p(p)}; }
-inline void mv_store(MV a, T* p) { _mm256_storeu_@p(p, a.v); }
-inline MV operator+(MV a, MV b) { return {_mm256_add_@p(a.v, b.v)}; }
-inline MV operator-(MV a, MV b) { return {_mm256_sub_@p(a.v, b.v)}; }
-inline MV operator*(MV a, MV b) { return {_mm256_mul_@p(a.v, b.v)}; }
-inline MV mv_fma(MV a, MV b, MV c) { return {_mm256_fmadd_@p(a.v, b.v, c.v)}; }
-#else
-using MV = Vec;
-constexpr int64_t kML = Vec::size();
-inline MV mv_set(T s) { return Vec(s); }
-inline MV mv_load(const T* p) { return Vec::loadu(p); }
-inline void mv_store(MV a, T* p) { a.store(p); }
-inline MV mv_fma(MV a, MV b, MV c) { return at::vec::fmadd(a, b, c); }
-#endif
-// Adds the moments (an, a1, a2) of `an` elements to (n0, m1, m2).
-inline void mv_merge(int64_t an, MV a1, MV a2, int64_t& n0, MV& m1, MV& m2) {
-  const int64_t n = n0 + an;
-  const T c = n == 0 ? T(0) : static_cast<T>(an) / static_cast<T>(n);
-  const MV cv = mv_set(c);
-  const MV d = a1 - m1;
-  const MV sum2 = m2 + a2;
-  const MV cd = cv * d;
-  const MV nd = d * mv_set(static_cast<T>(n0));
-  m1 = m1 + cd;
-  m2 = mv_fma(nd, cd, sum2);
-  n0 = n;
-}
-inline void s_merge(int64_t an, T a1, T a2, int64_t& n0, T& m1, T& m2) {
-  const int64_t n = n0 + an;
-  const T c = n == 0 ? T(0) : static_cast<T>(an) / static_cast<T>(n);
-  const T d = a1 - m1;
-  m1 += c * d;
-  m2 += a2 + d * d * c * static_cast<T>(n0);
-  n0 = n;
-}
-inline void row_moments(const T* x, int64_t N, T& mean, T& var) {
-  const int64_t nv = N / kML;
-  const int64_t chunks = (nv + 15) / 16;
-  const int64_t depth = chunks <= 2 ? 1 : 64 - __builtin_clzll(static_cast<unsigned long long>(chunks - 1));
-  static const auto inv = [] {
-    std::array<MV, 16> r;
-    for (int j = 0; j < 16; ++j) r[j] = mv_set(T(1) / static_cast<T>(j + 1));
-    return r;
-  }();
-  int64_t sn[64];
-  MV s1[64], s2[64];
-  for (int64_t i = 0; i < depth; ++i) sn[i] = 0, s1[i] = mv_set(T(0)), s2[i] = mv_set(T(0));
-  for (int64_t i = 0; i < chunks; ++i) {
-    const T* p = x + i * 16 * kML;
-    const int64_t cnt = std::min<int64_t>(16, nv - i * 16);
-    MV a1 = mv_set(T(0)), a2 = mv_set(T(0));
-    for (int64_t j = 0; j < cnt; ++j) {
-      const MV v = mv_load(p + j * kML);
-      const MV d = v - a1;
-      a1 = mv_fma(inv[j], d, a1);
-      const MV d2 = v - a1;
-      a2 = mv_fma(d, d2, a2);
-    }
-    mv_merge(cnt, a1, a2, sn[0], s1[0], s2[0]);
-    for (int64_t j = 1, mask = i + 1; j < depth && (mask & 1) == 0; ++j, mask >>= 1) {
-      mv_merge(sn[j - 1], s1[j - 1], s2[j - 1], sn[j], s1[j], s2[j]);
-      sn[j - 1] = 0, s1[j - 1] = mv_set(T(0)), s2[j - 1] = mv_set(T(0));
-    }
-  }
-  for (int64_t i = 1; i < depth; ++i) mv_merge(sn[i], s1[i], s2[i], sn[0], s1[0], s2[0]);
-  T l1[kML], l2[kML];
-  mv_store(s1[0], l1);
-  mv_store(s2[0], l2);
-  int64_t n0 = 0;
-  T m1 = 0, m2 = 0;
-  for (int64_t i = nv * kML; i < N; ++i) {
-    const T v = x[i];
-    const T d = v - m1;
-    ++n0;
-    m1 += d / static_cast<T>(n0);
-    m2 += d * (v - m1);
-  }
-  for (int64_t l = 0; l < kML; ++l) s_merge(nv, l1[l], l2[l], n0, m1, m2);
-  mean = m1;
-  var = m2 / static_cast<T>(N);
-}
-}  // namespace
-)";
 
 }  // namespace
 
@@ -135,8 +44,16 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
   std::vector<std::vector<std::string>> vargs(n_ops), sargs(n_ops);
   std::vector<std::vector<int>> value_args(n_ops), input_args(n_ops);
   std::vector<bool> row_input(n_ptrs, false), scalar_input(n_ptrs, false), scalar_used(static_cast<size_t>(spec.scalars), false);
-  std::vector<bool> has_stats(n_ops, false);
-  auto block_op = [&](size_t k) { return rs[k] != RowOp::kNone || (fs[k] && fs[k]->vml); };
+  // Outputs that are one value per row (st<k>_<o> in the kernel): a layer norm's mean and
+  // rstd, a row sum or mean, a per-row op's result.
+  std::vector<std::array<bool, 3>> row_value(n_ops, {false, false, false});
+  bool any_per_row = false;
+  auto block_op = [&](size_t k) { return rs[k] != RowOp::kNone || (fs[k] && fs[k]->vml) || spec.ops[k].per_row; };
+  // Block ops whose result is a row (kept in a row buffer or its output).
+  auto row_result = [&](size_t k) {
+    return rs[k] == RowOp::kSoftmax || rs[k] == RowOp::kLogSoftmax || rs[k] == RowOp::kLayerNorm ||
+           (fs[k] && fs[k]->vml && !spec.ops[k].per_row);
+  };
   int stages = 1;
   for (size_t k = 0; k < n_ops; ++k) {
     const KernelOp& op = spec.ops[k];
@@ -153,9 +70,16 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
           return why_not = op.name + " with approximate='" + last.text + "' has no native formula", std::nullopt;
       }
       arity = fs[k]->arity;
+      if (op.per_row) {
+        if (fs[k]->vml) return why_not = op.name + " over one value per row has no native formula", std::nullopt;
+        if (spec.rows <= 0) return why_not = "per-row ops need the tensor's row count", std::nullopt;
+        row_value[k][0] = any_per_row = true;
+      }
     } else {
       arity = rs[k] == RowOp::kLayerNorm ? 5 : 1;
-      has_stats[k] = rs[k] == RowOp::kLayerNorm;
+      row_value[k] = {rs[k] == RowOp::kSum || rs[k] == RowOp::kMean, rs[k] == RowOp::kLayerNorm, rs[k] == RowOp::kLayerNorm};
+      if ((rs[k] == RowOp::kSoftmax || rs[k] == RowOp::kLogSoftmax) && op.args.size() > 2 && op.args[2].text == "true")
+        return why_not = op.name + " with half_to_float has no native formula", std::nullopt;
     }
     if (static_cast<int>(op.args.size()) < arity)
       return why_not = op.name + ": expected " + std::to_string(arity) + " arguments", std::nullopt;
@@ -177,12 +101,13 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
       switch (arg.kind) {
         case KernelArg::kValue:
           if (arg.index < 0 || i >= k) return why_not = op.name + ": reads a value not computed yet", std::nullopt;
-          if (arg.output == 0) {
+          if (arg.output < 0 || arg.output > 2) return why_not = op.name + ": reads an unknown output", std::nullopt;
+          if (!row_value[i][static_cast<size_t>(arg.output)]) {
+            if (arg.output != 0) return why_not = op.name + ": reads an output without per-row values", std::nullopt;
             vargs[k][a] = "r" + n;
             sargs[k][a] = "q" + n;
             value_args[k].push_back(arg.index);
           } else {
-            if (!has_stats[i] || arg.output > 2) return why_not = op.name + ": reads an output without per-row values", std::nullopt;
             const std::string st = "st" + n + "_" + std::to_string(arg.output);
             vargs[k][a] = "Vec(" + st + ")";
             sargs[k][a] = st;
@@ -220,9 +145,12 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
     }
     // Row ops: the row operand is a full-size tensor; a layer norm's weight and bias are
     // columns (or absent) and its eps a scalar.
-    if (block_op(k)) {
+    if (op.per_row) {  // over per-row values only (ATen's loop over the [rows, 1] tensor)
+      if (!value_args[k].empty() || !input_args[k].empty())
+        return why_not = op.name + ": a per-row op reads a whole row", std::nullopt;
+    } else if (block_op(k)) {
       const KernelArg& in = op.args[0];
-      if (!(in.kind == KernelArg::kInput || (in.kind == KernelArg::kValue && in.output == 0)))
+      if (!(in.kind == KernelArg::kInput || (in.kind == KernelArg::kValue && in.output == 0 && !row_value[static_cast<size_t>(in.index)][0])))
         return why_not = op.name + ": its operand must be a full-size tensor", std::nullopt;
     }
     if (rs[k] == RowOp::kLayerNorm) {
@@ -243,7 +171,7 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
   std::vector<bool> buffered(n_ops, false);
   std::vector<int> first_store(n_ptrs, 1 << 30);
   for (size_t k = 0; k < n_ops; ++k) {
-    if (block_op(k)) buffered[k] = true;
+    if (row_result(k)) buffered[k] = true;
     for (int v : value_args[k])
       if (pos[static_cast<size_t>(v)] != pos[k] || block_op(k)) buffered[static_cast<size_t>(v)] = true;
     for (int p : input_args[k])
@@ -266,7 +194,7 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
   };
   std::ostringstream src;
   // The moments' 32-byte vector type and intrinsics: @r and @p name them per element type.
-  std::string moments = kRowMoments;
+  std::string moments = row_math_source();
   const bool f32 = spec.type == ElemType::kFloat32;
   for (size_t at = moments.find('@'); at != std::string::npos; at = moments.find('@', at))
     moments.replace(at, 2, moments[at + 1] == 'r' ? (f32 ? "" : "d") : (f32 ? "ps" : "pd"));
@@ -282,6 +210,10 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
       << "(int64_t begin, int64_t end, char* const* ptrs, const double* scalars) {\n"
          "  (void)scalars;\n  constexpr int64_t R = "
       << R << ";\n";
+  // Per-row ops: ATen's loop over the [rows, 1] tensor takes two vectors per step and
+  // leaves its last rows to the scalar formula.
+  if (any_per_row)
+    src << "  constexpr int64_t RV = (int64_t{" << spec.rows << "} / (2 * Vec::size())) * (2 * Vec::size());\n";
   for (int32_t i = 0; i < spec.scalars; ++i)
     if (scalar_used[static_cast<size_t>(i)])
       src << "  const T s" << i << " = static_cast<T>(scalars[" << i << "]);\n  const Vec vs" << i << "(s" << i << ");\n";
@@ -297,7 +229,8 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
   for (size_t k = 0; k < n_ops; ++k) {
     if (buffered[k])
       src << "    T* const B" << k << " = " << (spec.ops[k].store >= 0 ? "p" + std::to_string(spec.ops[k].store) + " + off" : "b" + std::to_string(k)) << ";\n";
-    if (has_stats[k]) src << "    T st" << k << "_1 = 0, st" << k << "_2 = 0;\n";
+    for (size_t o = 0; o < 3; ++o)
+      if (row_value[k][o]) src << "    T st" << k << "_" << o << " = 0;\n";
   }
   for (int at = 0; at < 2 * stages - 1; ++at) {
     if (at % 2 == 0) {  // a register stage over the row, whole vectors
@@ -315,7 +248,7 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
             body << "      const Vec " << (a.kind == KernelArg::kInput ? "x" : "w") << i << " = Vec::loadu(p" << i
                  << (a.kind == KernelArg::kInput ? " + off" : "") << " + j);\n";
           }
-          if (a.kind == KernelArg::kValue && a.output == 0 && pos[i] != at && !value_loaded[i]) {
+          if (a.kind == KernelArg::kValue && a.output == 0 && !row_value[i][0] && pos[i] != at && !value_loaded[i]) {
             value_loaded[i] = true;
             body << "      const Vec r" << i << " = Vec::loadu(B" << i << " + j);\n";
           }
@@ -330,6 +263,20 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
     for (size_t k = 0; k < n_ops; ++k) {
       if (pos[k] != at) continue;
       const KernelOp& op = spec.ops[k];
+      const std::string st = "st" + std::to_string(k);
+      if (op.per_row) {  // one value per row: the vector formula's first lane, or the scalar one
+        src << "    if (r < RV) {\n      alignas(64) T lanes[Vec::size()];\n      keep(" << substitute(fs[k]->vec, vargs[k])
+            << ").store(lanes);\n      " << st << "_0 = lanes[0];\n    } else {\n      " << st << "_0 = keep(static_cast<T>("
+            << substitute(fs[k]->scalar, sargs[k]) << "));\n    }\n";
+        if (op.store >= 0) src << "    p" << op.store << "[r] = " << st << "_0;\n";
+        continue;
+      }
+      if (rs[k] == RowOp::kSum || rs[k] == RowOp::kMean) {  // ATen's mean: the sum, divided by the count
+        src << "    " << st << "_0 = row_sum(" << operand(op.args[0]) << ", R)" << (rs[k] == RowOp::kMean ? " / static_cast<T>(R)" : "")
+            << ";\n";
+        if (op.store >= 0) src << "    p" << op.store << "[r] = " << st << "_0;\n";
+        continue;
+      }
       const std::string in = operand(op.args[0]), out = "B" + std::to_string(k);
       src << "    {\n      const T* in = " << in << ";\n      T* out = " << out << ";\n";
       switch (rs[k]) {
@@ -349,8 +296,10 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
                  "      at::vec::map([](Vec v) { return v.log(); }, &lse, &lse, 1);\n"
                  "      at::vec::map([mx, lse](Vec v) { return v - Vec(mx) - Vec(lse); }, out, in, R);\n";
           break;
+        case RowOp::kSum:
+        case RowOp::kMean:
+          break;  // above
         case RowOp::kLayerNorm: {  // moments, rstd, then (x - mean) * rstd * weight + bias
-          const std::string st = "st" + std::to_string(k);
           const KernelArg &w = op.args[2], &b = op.args[3];
           src << "      row_moments(in, R, " << st << "_1, " << st << "_2);\n      " << st << "_2 = T(1) / std::sqrt(" << st
               << "_2 + " << sargs[k][4] << ");\n      const T scale = " << st << "_2, shift = -" << st << "_1;\n";

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from native_diff import differential
 
-ROW = ["layer_norm", "layer_norm_plain", "softmax", "log_softmax"]
+ROW = ["layer_norm", "layer_norm_plain", "softmax", "log_softmax", "rms_norm", "center", "sum_scale"]
 POINTWISE = ["add", "mul", "sub", "sigmoid", "silu", "scale", "add_col", "mul_col", "mul_row", "rsqrt"]
 
 
@@ -26,6 +26,10 @@ def apply(name, x, y, col, rowv):
     if name == "layer_norm_plain": return F.layer_norm(x, (d,), None, None, 1e-6)
     if name == "softmax": return torch.softmax(x, -1)
     if name == "log_softmax": return torch.log_softmax(x, -1)
+    # RMSNorm as Llama writes it: mean of squares, rsqrt(+eps) per row, times a weight.
+    if name == "rms_norm": return col * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    if name == "center": return x - x.mean(-1, keepdim=True)
+    if name == "sum_scale": return x * (x.sum(-1, keepdim=True).abs() + 1.0).reciprocal()
     if name == "add": return x + y
     if name == "mul": return x * y
     if name == "sub": return x - y
