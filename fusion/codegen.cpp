@@ -77,6 +77,10 @@ const std::unordered_map<std::string, Formula>& formulas() {
       {"neuron::add_scalar", {"$0 + $1", "$0 + $1", 2}},
       {"neuron::sub_scalar", {"$0 - $1", "$0 - $1", 2}},
       {"aten::sqrt", {"", "", 1, true, "Sqrt"}},
+      {"aten::exp", {"", "", 1, true, "Exp"}},
+      {"aten::log", {"", "", 1, true, "Ln"}},
+      {"aten::tanh", {"", "", 1, true, "Tanh"}},
+      {"aten::erf", {"", "", 1, true, "Erf"}},
       {"aten::addcdiv", {"$0 + $3 * $1 / $2", "$0 + $3 * $1 / $2", 4}},
   };
   return f;
@@ -124,6 +128,20 @@ std::string kernel_prelude(const std::vector<std::string>& headers, const char* 
          "inline T keep(T s) { __asm__(\"\" : \"+m\"(s)); return s; }\n"
          "}\n";
   return src.str();
+}
+
+std::string vml_declarations(const std::vector<const Formula*>& fs, ElemType type) {
+  // MKL's vector math as at::vml calls it: high accuracy, denormals kept, no errno. n is
+  // passed as 64 bits so LP64 and ILP64 builds both read it right.
+  std::string out;
+  std::vector<std::string> declared;
+  for (const Formula* f : fs)
+    if (f != nullptr && f->vml && std::find(declared.begin(), declared.end(), f->vml) == declared.end()) {
+      declared.push_back(f->vml);
+      out += std::string("extern \"C\" void vm") + (type == ElemType::kFloat32 ? 's' : 'd') + f->vml +
+             "(int64_t n, const T* a, T* r, int64_t mode);\n";
+    }
+  return out;
 }
 
 }  // namespace detail
@@ -307,17 +325,7 @@ std::optional<std::string> generate_kernel_source(const KernelSpec& spec, std::s
 
   std::ostringstream src;
   src << detail::kernel_prelude(spec.headers, type);
-  if (stages > 1) {
-    // MKL's vector math as at::vml calls it: high accuracy, denormals kept, no errno. n is
-    // passed as 64 bits so LP64 and ILP64 builds both read it right.
-    const char prefix = spec.type == ElemType::kFloat32 ? 's' : 'd';
-    std::vector<std::string> declared;
-    for (size_t k = 0; k < n_ops; ++k)
-      if (fs[k]->vml && std::find(declared.begin(), declared.end(), fs[k]->vml) == declared.end()) {
-        declared.push_back(fs[k]->vml);
-        src << "extern \"C\" void vm" << prefix << fs[k]->vml << "(int64_t n, const T* a, T* r, int64_t mode);\n";
-      }
-  }
+  src << detail::vml_declarations(fs, spec.type);
   src << "extern \"C\" __attribute__((visibility(\"default\"))) void " << kNativeSymbol
       << "(int64_t begin, int64_t end, char* const* ptrs, const double* scalars) {\n"
          "  (void)scalars;\n"

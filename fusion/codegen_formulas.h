@@ -33,6 +33,8 @@ std::string kernel_prelude(const std::vector<std::string>& headers, const char* 
 // The row reductions row kernels carry (codegen_row_math.cpp): row_moments and row_sum,
 // with @r and @p standing for the 32-byte vector type's and intrinsics' suffixes.
 const char* row_math_source();
+// Declarations of the MKL vector-math functions the formulas `fs` call (nulls skipped).
+std::string vml_declarations(const std::vector<const Formula*>& fs, ElemType type);
 // A row kernel's source (spec.row > 0; codegen_rows.cpp).
 std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, std::string& why_not);
 

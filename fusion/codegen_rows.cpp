@@ -199,13 +199,7 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
   for (size_t at = moments.find('@'); at != std::string::npos; at = moments.find('@', at))
     moments.replace(at, 2, moments[at + 1] == 'r' ? (f32 ? "" : "d") : (f32 ? "ps" : "pd"));
   src << kernel_prelude(spec.headers, type) << "#include <array>\n" << moments;
-  bool vml_declared = false;
-  for (size_t k = 0; k < n_ops; ++k)
-    if (fs[k] && fs[k]->vml && !vml_declared) {
-      src << "extern \"C\" void vm" << (spec.type == ElemType::kFloat32 ? 's' : 'd') << fs[k]->vml
-          << "(int64_t n, const T* a, T* r, int64_t mode);\n";
-      vml_declared = true;  // sqrt is the only one
-    }
+  src << vml_declarations(fs, spec.type);
   src << "extern \"C\" __attribute__((visibility(\"default\"))) void " << kNativeSymbol
       << "(int64_t begin, int64_t end, char* const* ptrs, const double* scalars) {\n"
          "  (void)scalars;\n  constexpr int64_t R = "

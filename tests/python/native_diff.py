@@ -15,7 +15,7 @@ import torch
 import neuron_eager
 
 UNARY = ["neg", "abs", "sigmoid", "silu", "reciprocal", "rsqrt", "expm1", "log1p", "relu_bwd",
-         "clamp_min", "clamp_max", "scale", "gelu64"]
+         "clamp_min", "clamp_max", "scale", "gelu64", "exp", "log", "tanh", "erf"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "add_alpha", "rsub", "sigmoid_bwd",
           "tanh_bwd", "silu_bwd"]
 TERNARY = ["addcmul", "addcdiv"]
@@ -30,6 +30,10 @@ def apply(name, a, b=None, c=None):
     if name == "rsqrt": return (a.abs() + 0.25).rsqrt()
     if name == "expm1": return a.clamp(-3, 3).expm1()
     if name == "log1p": return a.abs().log1p()
+    if name == "exp": return a.clamp(-10, 10).exp()
+    if name == "log": return (a.abs() + 0.1).log()
+    if name == "tanh": return a.tanh()
+    if name == "erf": return a.erf()
     if name == "relu_bwd": return torch.ops.aten.threshold_backward(a, a * 0.5, 0.0)
     if name == "clamp_min": return torch.clamp_min(a, -0.5)
     if name == "clamp_max": return torch.clamp_max(a, 0.75)
