@@ -46,6 +46,22 @@ double scalar_value(const c10::IValue& v) {
   return v.toScalar().toDouble();
 }
 
+bool close_value(const char* a, const char* b, fusion::ElemType type, double rtol, double atol) {
+  if (same_value(a, b, type)) return true;
+  double x, y;
+  if (type == fusion::ElemType::kFloat32) {
+    float fx, fy;
+    std::memcpy(&fx, a, 4);
+    std::memcpy(&fy, b, 4);
+    x = fx, y = fy;
+  } else {
+    std::memcpy(&x, a, 8);
+    std::memcpy(&y, b, 8);
+  }
+  if (!std::isfinite(x) || !std::isfinite(y)) return false;
+  return std::abs(x - y) <= atol + rtol * std::abs(x);
+}
+
 bool same_value(const char* a, const char* b, fusion::ElemType type) {
   if (type == fusion::ElemType::kFloat32) {
     float x, y;

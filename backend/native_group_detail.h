@@ -21,6 +21,9 @@ char* data_of(const DeviceBuffer& storage, const trace::TensorMeta& m);
 double scalar_value(const c10::IValue& v);
 // Bit for bit, NaN equal to NaN.
 bool same_value(const char* a, const char* b, fusion::ElemType type);
+// Fast numerics' trials: |a - b| <= atol + rtol * |a| (NaN equal to NaN, infinities equal
+// only to themselves).
+bool close_value(const char* a, const char* b, fusion::ElemType type, double rtol, double atol);
 // The kernel element type of a group's dtype (float32 and float64 have kernels).
 bool element_type(c10::ScalarType dtype, fusion::ElemType& type, std::string& why_not);
 void count_tier1_elements(size_t n);

@@ -19,6 +19,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
   if (first.output_metas.empty()) return why_not = "no output", false;
   const auto dtype = static_cast<c10::ScalarType>(first.output_metas[0].dtype);
   if (!element_type(dtype, spec.type, why_not)) return false;
+  spec.fast = policy_.numerics == fusion::Numerics::kFast;
   const int64_t R = step.row, rows = R > 0 ? step.numel / R : 0;
   spec.row = R;
   spec.rows = rows;
@@ -36,7 +37,7 @@ bool NativeGroup::build_spec(const std::vector<std::unique_ptr<OpWork>>& ops,
     fusion::KernelOp kop;
     kop.name = registry.name(op.record.op);
     const bool row_op = R > 0 && fusion::native_row_op_supported(kop.name);
-    if (!row_op && !fusion::native_op_supported(kop.name, spec.type))
+    if (!row_op && !fusion::native_op_supported(kop.name, spec.type, spec.fast))
       return why_not = kop.name + " has no native formula for this element type", false;
     for (const auto& m : op.output_metas)
       if (static_cast<c10::ScalarType>(m.dtype) != dtype) return why_not = kop.name + ": output type differs from the group's", false;

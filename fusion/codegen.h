@@ -51,6 +51,9 @@ struct KernelSpec {
   // rows, and may hold row ops (softmax, log_softmax, layer norm) besides pointwise ones,
   // whose operands may be broadcast along rows or columns. 0: a pointwise kernel.
   int64_t row = 0;
+  // Fast numerics (the policy's numerics = fast): formulas that are not ATen's are allowed
+  // (float32 gelu and its backward, gelu with approximate='tanh'), within documented bounds.
+  bool fast = false;
   int64_t rows = 0;  // row kernels with per-row ops: the tensor's rows (ATen's loop over
                      // them puts its scalar tail at the last rows)
   // Headers that define the vector library the formulas use (at::vec::Vectorized and
@@ -66,7 +69,7 @@ inline constexpr const char* kNativeSymbol = "neuron_fused_kernel";
 
 // Whether an op (schema name) has a tier-2 formula for that element type (row ops only in
 // row kernels: native_row_op_supported).
-bool native_op_supported(const std::string& name, ElemType type);
+bool native_op_supported(const std::string& name, ElemType type, bool fast = false);
 bool native_row_op_supported(const std::string& name);
 
 // The kernel's source, or std::nullopt with why_not set (an op without a formula, an

@@ -24,11 +24,17 @@ struct Formula {
 
 // The op's formula, or null.
 const Formula* find_formula(const std::string& name);
+// The formula a kernel op gets under the spec's element type and numerics (gelu's
+// `approximate` argument picks a variant; fast numerics allow formulas ATen does not
+// evaluate this way), or null with why_not set.
+const Formula* formula_for(const KernelOp& op, const KernelSpec& spec, std::string& why_not);
 // `text` with $k replaced by "(args[k])".
 std::string substitute(const char* text, const std::vector<std::string>& args);
 // The code every kernel starts with: the element type T, Vec, and keep() (no contraction
 // across ops); `type` is "float" or "double".
-std::string kernel_prelude(const std::vector<std::string>& headers, const char* type);
+// Fast-numerics kernels say so in their first line: their keys (and verified marks in
+// the disk cache) never meet an exact kernel's.
+std::string kernel_prelude(const std::vector<std::string>& headers, const char* type, bool fast);
 
 // The row reductions row kernels carry (codegen_row_math.cpp): row_moments and row_sum,
 // with @r and @p standing for the 32-byte vector type's and intrinsics' suffixes.

@@ -60,15 +60,8 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
     rs[k] = row_op_of(op.name);
     int arity = 0;
     if (rs[k] == RowOp::kNone) {
-      fs[k] = find_formula(op.name);
-      if (fs[k] == nullptr) return why_not = op.name + " has no native formula", std::nullopt;
-      if (spec.type == ElemType::kFloat32 && !fs[k]->float32)
-        return why_not = op.name + " has no float32 native formula (ATen uses oneDNN for it)", std::nullopt;
-      if (op.name == "aten::gelu" || op.name == "aten::gelu_backward") {
-        const KernelArg& last = op.args.back();
-        if (last.kind != KernelArg::kConst || last.text != "none")
-          return why_not = op.name + " with approximate='" + last.text + "' has no native formula", std::nullopt;
-      }
+      fs[k] = formula_for(op, spec, why_not);
+      if (fs[k] == nullptr) return std::nullopt;
       arity = fs[k]->arity;
       if (op.per_row) {
         if (fs[k]->vml) return why_not = op.name + " over one value per row has no native formula", std::nullopt;
@@ -198,7 +191,7 @@ std::optional<std::string> generate_row_kernel_source(const KernelSpec& spec, st
   const bool f32 = spec.type == ElemType::kFloat32;
   for (size_t at = moments.find('@'); at != std::string::npos; at = moments.find('@', at))
     moments.replace(at, 2, moments[at + 1] == 'r' ? (f32 ? "" : "d") : (f32 ? "ps" : "pd"));
-  src << kernel_prelude(spec.headers, type) << "#include <array>\n" << moments;
+  src << kernel_prelude(spec.headers, type, spec.fast) << "#include <array>\n" << moments;
   src << vml_declarations(fs, spec.type);
   src << "extern \"C\" __attribute__((visibility(\"default\"))) void " << kNativeSymbol
       << "(int64_t begin, int64_t end, char* const* ptrs, const double* scalars) {\n"

@@ -211,6 +211,19 @@ const std::vector<Knob>& knobs() {
            s += (i ? ",\"" : "\"") + p.fusible_ops[i] + "\"";
          return s + "]";
        }},
+      {"numerics", "exact or fast",
+       "exact: results bit-equal to CPU eager; fast: tier-2 kernels may use formulas that are not ATen's (float32 gelu), within documented bounds",
+       [](Policy& p, const std::string& v) {
+         if (v == "exact") p.numerics = Numerics::kExact;
+         else if (v == "fast") p.numerics = Numerics::kFast;
+         else return false;
+         return true;
+       },
+       [](const Policy& p) { return std::string(p.numerics == Numerics::kFast ? "\"fast\"" : "\"exact\""); }},
+      double_knob("fast_rtol", "number 0..0.01", 0, 0.01, &Policy::fast_rtol,
+                  "fast numerics: a tier-2 kernel's trial accepts results within this relative difference of tier 1's"),
+      double_knob("fast_atol", "number 0..0.01", 0, 0.01, &Policy::fast_atol,
+                  "fast numerics: and within this absolute difference"),
       {"guard", "true or false",
        "the online guard: a hot key's program runs interleaved with per-op runs of the same key and is demoted unless it wins",
        [](Policy& p, const std::string& v) { return parse_bool(v, p.guard.enabled); },

@@ -17,6 +17,11 @@
 namespace neuron::fusion {
 
 enum class Tier { kInstant, kNative, kAuto };
+// exact: every result bit-equal to CPU eager (formulas ATen's own, or left to tier 1).
+// fast: tier-2 kernels may use formulas that are not ATen's (float32 gelu, gelu with
+// approximate='tanh'), within documented bounds; a kernel's trial accepts results within
+// fast_rtol / fast_atol of tier 1's.
+enum class Numerics : uint8_t { kExact, kFast };
 
 struct Policy {
   std::string name = "default";
@@ -77,6 +82,9 @@ struct Policy {
   uint32_t thread_trial_min_output = 256;
   std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
   GuardSettings guard;                       // the online guard (fusion/guard.h): knobs guard_*
+  Numerics numerics = Numerics::kExact;      // knob numerics (NEURON_NUMERICS sets the default's)
+  double fast_rtol = 1e-5;                   // fast numerics: a trial's relative tolerance
+  double fast_atol = 1e-5;                   // and absolute tolerance
 
   // Whether compiling a segment of n fusible ops pays: saving x repeats > compile cost.
   bool should_compile(uint32_t fusible_ops_in_segment, Tier tier_to_build) const;
