@@ -1,17 +1,21 @@
-"""Norm and softmax blocks, side by side: CPU eager, neuron eager, neuron adaptive
-(tier 2 row kernels where the block's ops have them), and torch.compile (Inductor, CPU).
+"""Norm and softmax blocks, side by side: CPU eager, neuron eager, neuron adaptive in
+exact and fast numerics (tier-2 row kernels where the block's ops have them), and
+torch.compile (Inductor, CPU).
 
 Blocks (float32, iterations queued 50 at a time between host reads):
 - norm: LayerNorm -> x*1.5 + residual -> y*sigmoid(y) - 0.25*residual -> LayerNorm (issue
-  22's block with its GELU left out: ATen computes float32 GELU with oneDNN, which tier 2
-  cannot reproduce bit for bit, so a block with it stays on tier 1);
-- norm_gelu: the same with GELU (tier 1 in adaptive mode);
+  22's block with its GELU left out);
+- norm_gelu: the same with GELU (ATen computes float32 GELU with oneDNN, which tier 2
+  cannot reproduce bit for bit: exact numerics leave that group on tier 1, fast numerics
+  compile it);
+- rms: RMSNorm as Llama writes it -> SiLU -> RMSNorm;
 - softmax: scores * scale + column mask -> softmax (an attention row block).
 
 Prints per block and size ms per iteration and the ratio of each config to CPU eager and
-to Inductor; adaptive results are checked bit for bit against CPU eager.
+to Inductor; exact results are checked bit for bit against CPU eager, fast ones printed
+as their largest difference.
 
-    python bench/python/norm_block.py [--sizes 512x1024,4096x1024] [--blocks norm,softmax]
+    python bench/python/norm_block.py [--sizes 512x1024,4096x1024] [--blocks norm,rms]
                                       [--no-inductor] [--json out.json]
 """
 
@@ -20,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -40,13 +43,18 @@ def block_fn(name, d, device):
         z = y * torch.sigmoid(y) - 0.25 * x
         return F.layer_norm(z, (d,), w2, b2, 1e-5)
 
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
     if name == "norm":
         return lambda x: norm(x, lambda h: h)
     if name == "norm_gelu":
         return lambda x: norm(x, F.gelu)
+    if name == "rms":
+        return lambda x: rms(F.silu(rms(x, w1)), w2)
     if name == "softmax":
         return lambda x: torch.softmax(x * 0.125 + mask, -1)
-    raise SystemExit(f"unknown block {name!r}: norm, norm_gelu or softmax")
+    raise SystemExit(f"unknown block {name!r}: norm, norm_gelu, rms or softmax")
 
 
 def measure(fn, x, sync, queued, repeats):
@@ -60,7 +68,7 @@ def measure(fn, x, sync, queued, repeats):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="512x1024,4096x1024")
-    p.add_argument("--blocks", default="norm,softmax,norm_gelu")
+    p.add_argument("--blocks", default="norm,norm_gelu,rms,softmax")
     p.add_argument("--queued", type=int, default=50)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-inductor", action="store_true")
@@ -83,33 +91,37 @@ def main():
             x = x_cpu.to("neuron")
             fn = block_fn(block, d, "neuron")
             sync = lambda: x[:1, :1].cpu()  # noqa: E731
-            for mode in ("eager", "adaptive"):
-                neuron_eager.set_mode(mode)
+            for config in ("eager", "exact", "fast"):
+                neuron_eager.set_mode("eager" if config == "eager" else "adaptive")
+                neuron_eager.set_policy({"base": "default", "numerics": "fast" if config == "fast" else "exact"})
                 neuron_eager.reset_fusion_state()
-                if mode == "adaptive":  # hot, built, tried against tier 1
+                neuron_eager.reset_counters()
+                if config != "eager":  # hot, built, tried against tier 1
                     for _ in range(3):
                         for _ in range(a.queued):
                             fn(x)
                         sync()
                         neuron_eager._C.native_wait_idle()
-                row["neuron_" + mode] = measure(fn, x, sync, a.queued, a.repeats)
+                row[config] = measure(fn, x, sync, a.queued, a.repeats)
                 got = fn(x).cpu()
-                row[mode + "_bit_equal"] = bool(torch.equal(got, want))
-            c = neuron_eager.counters()
-            row["native_accepted"] = c.get("native_accepted", 0)
+                row[config + "_bit_equal"] = bool(torch.equal(got, want))
+                row[config + "_max_abs"] = float((got - want).abs().max())
+                row[config + "_kernels"] = neuron_eager.counters().get("native_accepted", 0)
+            neuron_eager.set_policy("default")
             neuron_eager.set_mode("eager")
-            for k in ("neuron_eager", "neuron_adaptive", "inductor"):
+            for k in ("eager", "exact", "fast", "inductor"):
                 if k in row:
                     row[k + "/cpu"] = row["cpu_eager"] / row[k]
-            if "inductor" in row:
-                row["adaptive/inductor"] = row["inductor"] / row["neuron_adaptive"]
+                    if "inductor" in row:
+                        row[k + "/inductor"] = row["inductor"] / row[k]
             results.append(row)
-            print(f"{block:10s} {size:>10s}  cpu {row['cpu_eager']:.3f} ms  neuron eager {row['neuron_eager']:.3f}"
-                  f"  adaptive {row['neuron_adaptive']:.3f}"
-                  + (f"  inductor {row['inductor']:.3f}" if "inductor" in row else "")
-                  + f"  | adaptive x{row['neuron_adaptive/cpu']:.2f} of CPU eager"
-                  + (f", x{row['adaptive/inductor']:.2f} of Inductor" if "inductor" in row else "")
-                  + f"  bit-equal {row['adaptive_bit_equal']}  tier-2 kernels {row['native_accepted']}", flush=True)
+            ind = "inductor" in row
+            print(f"{block:9s} {size:>10s}  ms: cpu {row['cpu_eager']:.3f}  neuron eager {row['eager']:.3f}"
+                  f"  exact {row['exact']:.3f}  fast {row['fast']:.3f}" + (f"  inductor {row['inductor']:.3f}" if ind else "")
+                  + f"  | x CPU eager: exact {row['exact/cpu']:.2f} fast {row['fast/cpu']:.2f}"
+                  + (f" | x Inductor: exact {row['exact/inductor']:.2f} fast {row['fast/inductor']:.2f}" if ind else "")
+                  + f" | exact bit-equal {row['exact_bit_equal']}, fast max |d| {row['fast_max_abs']:.1e}"
+                  + f" | kernels {row['exact_kernels']}/{row['fast_kernels']}", flush=True)
     write_json(a.json, results)
 
 
