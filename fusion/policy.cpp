@@ -108,6 +108,8 @@ const std::vector<Knob>& knobs() {
                 "ops per segment at most"),
       uint_knob("rolling_window", "integer 1..64", 1, 64, &Policy::rolling_window,
                 "ops hashed by the rolling content hash"),
+      uint_knob("loop_cut_min_ops", "integer 0..4096 (0: max_segment_length / 2)", 0, 4096, &Policy::loop_cut_min_ops,
+                "a segment of at least this many ops is cut where a loop body starts again (with rolling cuts on)"),
       uint_knob("rolling_bits", "integer 0..16 (0 disables content cuts)", 0, 16, &Policy::rolling_bits,
                 "content cut when that many low hash bits are zero"),
       {"cut_after_matmul", "true or false", "a run of matmul-class ops (mm, bmm, addmm, attention, ...) ends a segment",
@@ -278,6 +280,7 @@ trace::SegmentPolicy segment_policy_of(const Policy& policy, const std::vector<u
   trace::SegmentPolicy p;
   p.max_length = policy.max_segment_length;
   p.rolling_window = policy.rolling_window;
+  p.loop_min_ops = policy.loop_cut_min_ops > 0 ? policy.loop_cut_min_ops : policy.max_segment_length / 2;
   p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
   p.use_rolling_cut = policy.rolling_bits > 0;
   p.keep_runs_whole = policy.foreach_runs_whole;

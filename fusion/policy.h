@@ -29,6 +29,9 @@ struct Policy {
   uint32_t max_segment_length = 256;  // ops per segment at most
   uint32_t rolling_window = 4;        // ops in the rolling content hash
   uint32_t rolling_bits = 4;          // content cut when the low bits are zero (~1 in 2^bits)
+  // A segment of at least this many ops is cut before its first op repeats after the same
+  // rolling_window ops (a loop body the hash never cuts); 0: max_segment_length / 2.
+  uint32_t loop_cut_min_ops = 0;
   bool cut_after_matmul = true;       // a run of matmul-class ops ends a segment
   bool foreach_runs_whole = true;     // a content cut never splits a run of _foreach_ ops
   bool lift_scalars = true;           // scalar arguments become program inputs

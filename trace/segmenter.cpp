@@ -170,7 +170,7 @@ bool Segmenter::cut_before(const SegmentOp& op) const {
   if (deferred_cut_ && !ops_.empty() && !op.barrier && !op.whole_run) return true;
   return policy_.use_rolling_cut && !before_start_.empty() &&
          before_start_.size() == policy_.rolling_window &&
-         ops_.size() >= std::max<size_t>({2 * size_t{policy_.rolling_window}, 2, policy_.max_length / 2}) &&
+         ops_.size() >= std::max<size_t>({2 * size_t{policy_.rolling_window}, 2, policy_.loop_min_ops}) &&
          op.signature == ops_.front().signature && recent_ == before_start_;
 }
 

@@ -16,6 +16,9 @@ namespace neuron::trace {
 struct SegmentPolicy {
   uint32_t max_length = 256;        // cut when a segment reaches this many ops
   uint32_t rolling_window = 4;      // ops hashed by the rolling content hash
+  // Segments of at least this many ops (and 2 x rolling_window) are cut before their first
+  // op repeats after the same rolling_window ops: a loop body the hash never cuts.
+  uint32_t loop_min_ops = 128;
   uint64_t rolling_mask = 0xf;      // cut when the rolling hash & mask == 0 (~1 in 16)
   std::vector<OpId> cut_after;      // a run of matmul-class ops ends a segment
   bool use_rolling_cut = true;

@@ -192,3 +192,15 @@ TEST(Policy, QueueAndThreadTrialKnobsKeepTheirFormerDefaultsAndCheckRanges) {
     EXPECT_NE(error.find(range), std::string::npos) << text << error;
   }
 }
+
+TEST(Policy, LoopCutMinOpsDefaultsToHalfTheMaximumLength) {
+  Policy p;
+  EXPECT_EQ(segment_policy_of(p, {}).loop_min_ops, 128u);
+  p.max_segment_length = 64;
+  EXPECT_EQ(segment_policy_of(p, {}).loop_min_ops, 32u);
+  p.loop_cut_min_ops = 12;
+  EXPECT_EQ(segment_policy_of(p, {}).loop_min_ops, 12u);
+  std::string error;
+  EXPECT_FALSE(parse_policy("loop_cut_min_ops = 5000\n", "f", error));
+  EXPECT_NE(error.find("0..4096"), std::string::npos) << error;
+}

@@ -196,6 +196,7 @@ TEST(Segmenter, LongLoopsWithoutContentCutsAreCutOncePerPeriodInPhase) {
   // first max-length cut, segments end where the body repeats, all with one key.
   SegmentPolicy policy;
   policy.max_length = 16;
+  policy.loop_min_ops = 8;  // what the policy's loop_cut_min_ops = 0 gives: max_length / 2
   policy.rolling_mask = ~uint64_t{0};
   Loop loop;
   loop.signatures = {31, 32, 33, 34, 35};
