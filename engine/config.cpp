@@ -135,6 +135,16 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.cache_dir = *v;
   }
+  if (auto v = env("NEURON_CACHE_MAX_BYTES")) {
+    size_t n = 0;
+    if (!parse_bytes(*v, n) || n < (size_t{64} << 10) || n > (size_t{1} << 40)) {
+      error = bad("NEURON_CACHE_MAX_BYTES", *v,
+                  "a byte count from 64K to 1T, as digits with an optional K, M, G or T "
+                  "suffix (binary units), e.g. 2G");
+      return std::nullopt;
+    }
+    c.cache_max_bytes = n;
+  }
   if (auto v = env("NEURON_CXX")) {
     if (v->empty() || v->find_first_of(" \t\n") != std::string::npos) {
       error = bad("NEURON_CXX", *v, "a C++ compiler command without spaces (a name on PATH or a path), e.g. g++");

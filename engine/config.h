@@ -23,6 +23,7 @@ struct Config {
   std::string trace_path;
   std::string policy_path;
   std::string cache_dir;
+  uint64_t cache_max_bytes = 0;  // NEURON_CACHE_MAX_BYTES; 0: fusion's default (1 GiB)
   std::string cxx;  // tier-2 compiler (NEURON_CXX)
 };
 

@@ -20,6 +20,7 @@ void configure_native_once() {
     const Config& c = config();
     o.compiler = c.cxx.empty() ? "c++" : c.cxx;
     o.cache_dir = c.cache_dir;
+    if (c.cache_max_bytes != 0) o.cache_max_bytes = c.cache_max_bytes;
     if (o.cache_dir.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");

@@ -4,15 +4,21 @@
 
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include "fusion/atomic_file.h"
+#include "fusion/cache_hygiene.h"
 #include "fusion/compiler_process.h"
 #include "fusion/native_cache.h"
+#include "trace/log.h"
 
 namespace neuron::fusion {
 namespace {
@@ -41,6 +47,18 @@ NativeKernelFn load_kernel(const std::string& path, std::string& error) {
   return reinterpret_cast<NativeKernelFn>(sym);
 }
 
+// Why a compiler failed for want of disk ("" if not): its output says so, or the folder it
+// wrote to is (nearly) full; on a full disk the output itself may be cut short.
+std::string disk_error_after_compile(const std::string& log, const std::string& dir) {
+  for (int e : {ENOSPC, EDQUOT, EROFS})
+    if (log.find(std::strerror(e)) != std::string::npos) return std::strerror(e);
+  struct statvfs fs_stat{};
+  if (::statvfs(dir.c_str(), &fs_stat) == 0 &&
+      static_cast<uint64_t>(fs_stat.f_bavail) * fs_stat.f_frsize < (uint64_t{16} << 20))
+    return "less than 16 MiB free";
+  return "";
+}
+
 }  // namespace
 
 NativeCompiler& NativeCompiler::instance() {
@@ -52,6 +70,7 @@ void NativeCompiler::configure(NativeOptions options) {
   std::lock_guard lock(mutex_);
   options_ = std::move(options);
   identity_.clear();
+  cache_unwritable_ = false;
 }
 
 NativeOptions NativeCompiler::options() const {
@@ -82,7 +101,7 @@ std::string NativeCompiler::key_of(const std::string& source) {
 }
 
 NativeResult NativeCompiler::compile_to(const std::string& source, const NativeCache& cache,
-                                        const std::string& key) {
+                                        const std::string& key, bool& disk_error) {
   NativeResult r;
   r.key = key;
   const NativeOptions o = options();
@@ -93,6 +112,7 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
   const std::string log_path = cache.path(key, ".log.tmp." + tag);
   if (!write_atomic(src_path, source)) {
     r.error = "cannot write " + src_path;
+    disk_error = true;
     return r;
   }
   // The precompiled prelude, once built, saves most of the compile (same object).
@@ -108,14 +128,21 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
     const std::string log = read_text(log_path, 8192);
     fs::rename(log_path, cache.path(key, ".log"), ec);
     fs::remove(tmp_so, ec);
-    r.error = status < 0 ? "could not start the compiler '" + o.compiler + "' (NEURON_CXX)"
-                         : "compiler '" + o.compiler + "' exited with status " +
-                               std::to_string(status) + ": " + last_lines(log, 6);
+    const std::string disk = disk_error_after_compile(log, cache.dir());
+    disk_error = !disk.empty();
+    if (disk_error)
+      r.error = "the compiler could not write its output (" + disk + "): " + last_lines(log, 2);
+    else if (status < 0)
+      r.error = "could not start the compiler '" + o.compiler + "' (NEURON_CXX)";
+    else
+      r.error = "compiler '" + o.compiler + "' exited with status " + std::to_string(status) +
+                ": " + last_lines(log, 6);
     return r;
   }
   fs::remove(log_path, ec);
   if (!cache.commit(key, tmp_so)) {
     r.error = "cannot write the compiled kernel to " + so_path;
+    disk_error = true;
     return r;
   }
   r.fn = load_kernel(so_path, r.error);
@@ -124,45 +151,80 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
 }
 
 NativeResult NativeCompiler::build_locked_on_disk(const std::string& source,
-                                                  const std::string& key, bool compile) {
-  const NativeCache cache = NativeCache::in_root(options().cache_dir);
+                                                  const std::string& key, bool compile,
+                                                  bool& unusable) {
+  const NativeOptions o = options();
+  const NativeCache cache = NativeCache::in_root(o.cache_dir);
   const std::error_code ec = cache.create();
   KeyLock lock(cache.path(key, ".lock"));
-  if (!lock.held()) {
-    NativeResult r;
-    r.key = key;
-    r.error = "cannot use the compile cache folder " + cache.dir() + " (NEURON_CACHE_DIR): " +
-              (ec ? ec.message() : std::string("cannot create a lock file"));
-    return r;
-  }
-  // Another process may have built it while we waited for the lock.
+  if (lock.held()) open_cache_once(cache, o.cache_max_bytes);
+  else cache_unwritable(cache.dir(), ec ? ec.message() : std::strerror(lock.error()));
+  unusable = !lock.held();
+  // Another process may have built it while we waited for the lock. Without the lock (a
+  // read-only cache) an intact entry is still loaded: checksums keep half-written ones out.
   const uint64_t start = now_ns();
+  NativeResult r;
+  r.key = key;
   const NativeCache::Entry entry = cache.check(key);
   if (entry != NativeCache::Entry::kMissing) {
-    std::string error;
-    NativeKernelFn fn = nullptr;
-    if (entry == NativeCache::Entry::kIntact) fn = load_kernel(cache.object_path(key), error);
-    if (fn != nullptr) {
-      NativeResult r;
-      r.fn = fn;
+    if (entry == NativeCache::Entry::kIntact) r.fn = load_kernel(cache.object_path(key), r.error);
+    if (r.fn != nullptr) {
+      if (lock.held()) cache.touch(key);  // its last use, for eviction
       r.verified = cache.verified(key);
       r.from = NativeResult::From::kDisk;
-      r.key = key;
       r.build_ns = now_ns() - start;
       disk_hits_.fetch_add(1);
       return r;
     }
-    // Corrupt, half-written or from a crashed writer: rebuild it.
-    corrupt_.fetch_add(1);
-    cache.discard(key);
+    // Corrupt, half-written or from a crashed writer: rebuild it. (Without the lock it may
+    // be a commit in progress.)
+    if (lock.held()) {
+      corrupt_.fetch_add(1);
+      cache.discard(key);
+    }
   }
-  if (!compile) {
-    NativeResult r;
-    r.key = key;
-    r.error = "not in the cache";
+  if (!compile || unusable) {
+    r.error = unusable ? "cannot use the compile cache folder " + cache.dir() +
+                             " (NEURON_CACHE_DIR)"
+                       : "not in the cache";
     return r;
   }
-  return compile_to(source, cache, key);
+  bool disk_error = false;
+  r = compile_to(source, cache, key, disk_error);
+  if (disk_error) {
+    unusable = true;
+    cache_unwritable(cache.dir(), r.error);
+  } else {
+    // Built (or its source and log kept): back under the bound, this entry kept.
+    evictions_.fetch_add(evict_to_bound(cache, o.cache_max_bytes, key).evicted);
+  }
+  return r;
+}
+
+void NativeCompiler::cache_unwritable(const std::string& dir, std::string why) {
+  if (cache_unwritable_.exchange(true)) return;
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  while (!why.empty() && why.back() == ' ') why.pop_back();
+  trace::log(trace::LogLevel::kWarn,
+             "the tier-2 kernel cache " + dir + " (NEURON_CACHE_DIR) cannot be written (" + why +
+                 "): this process reads it but compiles its kernels in a private temporary "
+                 "folder; results are unchanged, later processes compile them again");
+}
+
+NativeResult NativeCompiler::build_privately(const std::string& source, const std::string& key) {
+  NativeResult r;
+  r.key = key;
+  std::error_code ec;
+  std::string dir = (fs::temp_directory_path(ec) / "neuron-native-XXXXXX").string();
+  if (ec || mkdtemp(dir.data()) == nullptr) {
+    r.error = "cannot create a temporary folder for the compiler";
+    return r;
+  }
+  private_builds_.fetch_add(1);
+  bool disk_error = false;
+  r = compile_to(source, NativeCache(dir), key, disk_error);
+  fs::remove_all(dir, ec);  // a loaded kernel stays mapped
+  return r;
 }
 
 bool NativeCompiler::find_in_memory(const std::string& key, NativeResult& r) {
@@ -193,7 +255,8 @@ NativeResult NativeCompiler::lookup(const std::string& source) {
     r.key = key;
     return r;
   }
-  r = build_locked_on_disk(source, key, /*compile=*/false);
+  bool unusable = false;
+  r = build_locked_on_disk(source, key, /*compile=*/false, unusable);
   if (r.fn != nullptr) remember(r);
   return r;
 }
@@ -202,18 +265,12 @@ NativeResult NativeCompiler::build(const std::string& source) {
   const std::string key = key_of(source);
   NativeResult r;
   if (find_in_memory(key, r)) return r;
-  if (!options().cache_dir.empty()) {
-    r = build_locked_on_disk(source, key, /*compile=*/true);
-  } else {
-    // No persistent cache: a private temporary folder.
-    char tmpl[] = "/tmp/neuron-native-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      r.key = key;
-      r.error = "cannot create a temporary folder for the compiler";
-    } else {
-      r = compile_to(source, NativeCache(tmpl), key);
-    }
-  }
+  const NativeOptions o = options();
+  // No persistent cache, or one that cannot be written: a private temporary folder.
+  bool unusable = o.cache_dir.empty();
+  if (!unusable)
+    r = build_locked_on_disk(source, key, /*compile=*/!cache_unwritable_.load(), unusable);
+  if (r.fn == nullptr && (unusable || cache_unwritable_.load())) r = build_privately(source, key);
   if (r.fn != nullptr)
     remember(r);
   else
@@ -237,11 +294,15 @@ NativeStats NativeCompiler::stats() const {
   s.memory_hits = memory_hits_;
   s.failures = failures_;
   s.corrupt_entries = corrupt_;
+  s.evictions = evictions_;
+  s.private_builds = private_builds_;
   return s;
 }
 
 void NativeCompiler::reset_stats() {
-  for (auto* c : {&compiles_, &disk_hits_, &memory_hits_, &failures_, &corrupt_}) c->store(0);
+  for (auto* c : {&compiles_, &disk_hits_, &memory_hits_, &failures_, &corrupt_, &evictions_,
+                  &private_builds_})
+    c->store(0);
 }
 
 }  // namespace neuron::fusion

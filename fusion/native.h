@@ -4,6 +4,9 @@
 // atomic writes (atomic_file), a lock per key across processes, entries checksummed
 // before they are loaded, and keys versioned by engine, torch, compiler and flags. A
 // corrupt or half-written entry is rebuilt; a failing compiler is reported, never fatal.
+// The cache is kept under a size bound (cache_hygiene). A cache that cannot be written
+// (read-only, full) is still read; kernels are then built in a private temporary folder,
+// with one warning per process.
 #pragma once
 
 #include <atomic>
@@ -14,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fusion/cache_hygiene.h"
 #include "fusion/codegen.h"
 #include "fusion/compile_prelude.h"
 
@@ -26,6 +30,7 @@ struct NativeOptions {
   std::vector<std::string> flags;        // optimisation, ISA and include flags
   std::vector<std::string> link_flags;   // after the source (libraries)
   std::string cache_dir;                 // persistent cache root; empty: memory only
+  uint64_t cache_max_bytes = kDefaultCacheMaxBytes;  // NEURON_CACHE_MAX_BYTES
   std::string version;                   // engine + torch versions (part of every key)
   // The precompiled prelude (compile_prelude.h): its folder ("" : none) and the headers
   // every kernel includes first.
@@ -44,6 +49,8 @@ struct NativeResult {
 
 struct NativeStats {
   uint64_t compiles = 0, disk_hits = 0, memory_hits = 0, failures = 0, corrupt_entries = 0;
+  uint64_t evictions = 0;       // entries this process evicted to keep the cache's bound
+  uint64_t private_builds = 0;  // builds outside the cache (it could not be written)
 };
 
 class NativeCompiler {
@@ -73,13 +80,20 @@ class NativeCompiler {
  private:
   NativeCompiler() = default;
   std::string compiler_identity();
+  // Loads the key from the disk cache under its lock, else (compile) builds it there.
+  // unusable: the cache could not be written (no lock, no space, read-only).
   NativeResult build_locked_on_disk(const std::string& source, const std::string& key,
-                                    bool compile);
+                                    bool compile, bool& unusable);
+  // The cache cannot be written: builds of this process go to a private folder from now
+  // on; one warning.
+  void cache_unwritable(const std::string& dir, std::string why);
+  NativeResult build_privately(const std::string& source, const std::string& key);
   bool find_in_memory(const std::string& key, NativeResult& r);
   // Keeps a loaded kernel in the memory cache.
   void remember(const NativeResult& r);
+  // disk_error: writing to the cache's folder failed (not the compiler).
   NativeResult compile_to(const std::string& source, const NativeCache& cache,
-                          const std::string& key);
+                          const std::string& key, bool& disk_error);
 
   mutable std::mutex mutex_;
   NativeOptions options_;
@@ -87,6 +101,8 @@ class NativeCompiler {
   std::unordered_map<std::string, NativeKernelFn> loaded_;
   std::unordered_map<std::string, bool> verified_;
   std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0}, failures_{0}, corrupt_{0};
+  std::atomic<uint64_t> evictions_{0}, private_builds_{0};
+  std::atomic<bool> cache_unwritable_{false};
   std::atomic<int64_t> in_flight_{0};
   CompilePrelude prelude_;
 };

@@ -3,9 +3,11 @@
 // written after the object, so an object without a matching checksum is never loaded),
 // beside it the source (KEY.cpp), the compiler's log when a build failed (KEY.log), a
 // marker that a run verified the kernel against tier 1 (KEY.ok), and a lock file
-// (KEY.lock) that lets one process at a time build or check the key.
+// (KEY.lock) that lets one process at a time build, check or remove the key. A disk load
+// marks the entry's last use (the object's mtime) for eviction (cache_hygiene.h).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <system_error>
 
@@ -37,23 +39,36 @@ class NativeCache {
   // Whether a run verified the key's kernel against tier 1 (its marker exists).
   bool verified(const std::string& key) const;
   bool mark_verified(const std::string& key) const;
+  // Marks the key's last use (its object's mtime: now); nothing on a read-only disk.
+  void touch(const std::string& key) const;
+  // Removes the whole entry (object, checksum, marker, source, log, lock file) if its lock
+  // is free now; false when another process (or this one) holds it. freed: bytes removed.
+  bool remove_entry(const std::string& key, uint64_t* freed = nullptr) const;
 
  private:
   std::string dir_;
 };
 
 // An exclusive lock on one key across processes; released on destruction (or when the
-// process dies).
+// process dies). Its file may be removed by the holder (eviction): a process that waited
+// on the removed file finds it gone and locks the one now in the folder.
 class KeyLock {
  public:
-  explicit KeyLock(const std::string& path);
+  enum class Wait { kBlock, kTry };
+  explicit KeyLock(const std::string& path, Wait wait = Wait::kBlock);
   ~KeyLock();
   KeyLock(const KeyLock&) = delete;
   KeyLock& operator=(const KeyLock&) = delete;
   bool held() const { return fd_ >= 0; }
+  // Why it is not held: the errno of open or flock (EWOULDBLOCK: busy, under kTry).
+  int error() const { return error_; }
+  // Removes the lock file while holding it.
+  void remove_file();
 
  private:
+  std::string path_;
   int fd_ = -1;
+  int error_ = 0;
 };
 
 }  // namespace neuron::fusion

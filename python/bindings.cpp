@@ -11,7 +11,9 @@
 #include "engine/adaptive_guard.h"
 #include "engine/engine.h"
 #include "engine/fast_meta.h"
+#include "engine/native_config.h"
 #include "engine/recording.h"
+#include "fusion/cache_hygiene.h"
 #include "fusion/native.h"
 #include "fusion/policy.h"
 #include "fusion/replay.h"
@@ -198,6 +200,8 @@ PYBIND11_MODULE(_C, m) {
     d["native_disk_hits"] = c2.disk_hits;
     d["native_memory_hits"] = c2.memory_hits;
     d["native_corrupt_entries"] = c2.corrupt_entries;
+    d["native_cache_evictions"] = c2.evictions;
+    d["native_private_builds"] = c2.private_builds;
     return d;
   });
   m.def("reset_fusion_state", [] {
@@ -208,7 +212,55 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     fusion::NativeCompiler::instance().wait_idle();
   });
-  m.def("native_cache_dir", [] { return fusion::NativeCompiler::instance().options().cache_dir; });
+  m.def("native_cache_dir", [] {
+    engine::configure_native_once();
+    return fusion::NativeCompiler::instance().options().cache_dir;
+  });
+  m.def("native_cache_max_bytes", [] {
+    engine::configure_native_once();
+    return fusion::NativeCompiler::instance().options().cache_max_bytes;
+  });
+  // The cache under a root (neuron_eager.cache): entries, and with checksums each
+  // kernel's state ("intact", "corrupt"; "" without an object).
+  m.def("native_cache_scan", [](const std::string& root, bool checksums) {
+    const auto cache = fusion::NativeCache::in_root(root);
+    fusion::CacheUsage u;
+    {
+      py::gil_scoped_release no_gil;
+      u = fusion::scan_cache(cache);
+    }
+    py::list entries;
+    for (const auto& e : u.entries) {
+      py::dict d;
+      d["key"] = e.key;
+      d["bytes"] = e.bytes;
+      d["last_use"] = static_cast<double>(e.last_use_ns) * 1e-9;
+      d["kernel"] = e.has_object;
+      d["verified"] = e.verified;
+      std::string state;
+      if (checksums && e.has_object) {
+        py::gil_scoped_release no_gil;
+        state = cache.check(e.key) == fusion::NativeCache::Entry::kIntact ? "intact" : "corrupt";
+      }
+      d["state"] = state;
+      entries.append(d);
+    }
+    py::dict d;
+    d["dir"] = cache.dir();
+    d["entries"] = entries;
+    d["total_bytes"] = u.total_bytes;
+    d["temporaries"] = u.temporaries;
+    d["temporary_bytes"] = u.temporary_bytes;
+    return d;
+  }, py::arg("root"), py::arg("checksums") = false);
+  m.def("native_cache_clear", [](const std::string& root) {
+    fusion::Cleared c;
+    {
+      py::gil_scoped_release no_gil;
+      c = fusion::clear_cache(fusion::NativeCache::in_root(root));
+    }
+    return py::make_tuple(c.removed, c.busy, c.temporaries);
+  });
   m.def("reset_counters", [] { engine::reset_counters(); });
   m.def("clear_shape_cache", [] { engine::clear_shape_cache(); });
   m.def("_inject_tile_group_failures", [](int n) { backend::inject_tile_group_failures(n); });

@@ -19,63 +19,13 @@
 #include "fusion/compiler_process.h"
 #include "fusion/native.h"
 #include "fusion/native_cache.h"
+#include "tests/cpp/native_test_util.h"
 
 using namespace neuron::fusion;
+using namespace neuron::fusion::test_util;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh folder, removed with everything in it at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/neuron-cpp-cache-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-std::vector<std::string> names_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// A committed entry whose object holds `bytes`.
-void commit_entry(const NativeCache& cache, const std::string& key, const std::string& bytes) {
-  const std::string built = cache.object_path(key) + ".tmp.test";
-  write_file(built, bytes);
-  ASSERT_TRUE(cache.commit(key, built));
-}
-
-// out[i] = in[i] * s + i over [begin, end): enough to tell a loaded kernel ran.
-std::string kernel_source(const std::string& tag) {
-  return "// " + tag + "\n#include <cstdint>\nextern \"C\" void " + std::string(kNativeSymbol) +
-         "(int64_t begin, int64_t end, char* const* p, const double* s) {\n"
-         "  const float* in = reinterpret_cast<const float*>(p[0]);\n"
-         "  float* out = reinterpret_cast<float*>(p[1]);\n"
-         "  for (int64_t i = begin; i < end; ++i) out[i] = in[i] * static_cast<float>(s[0]) + i;\n"
-         "}\n";
-}
-
-void expect_kernel_runs(NativeKernelFn fn) {
-  ASSERT_NE(fn, nullptr);
-  float in[4] = {1, 2, 3, 4}, out[4] = {};
-  char* ptrs[2] = {reinterpret_cast<char*>(in), reinterpret_cast<char*>(out)};
-  const double scale = 2;
-  fn(0, 4, ptrs, &scale);
-  EXPECT_EQ(out[0], 2.0f);
-  EXPECT_EQ(out[3], 11.0f);
-}
 
 // A result that carries a working kernel, from where and as verified as expected.
 void expect_loaded(const NativeResult& r, NativeResult::From from, bool verified) {
@@ -84,21 +34,6 @@ void expect_loaded(const NativeResult& r, NativeResult::From from, bool verified
   EXPECT_EQ(r.verified, verified);
   expect_kernel_runs(r.fn);
 }
-
-// Configures the shared compiler for one test and restores its options afterwards.
-struct CompilerSetup {
-  NativeOptions saved = NativeCompiler::instance().options();
-  explicit CompilerSetup(const std::string& cache_dir, const std::string& compiler = "c++") {
-    NativeOptions o;
-    o.compiler = compiler;
-    o.flags = {"-O1"};
-    o.cache_dir = cache_dir;
-    o.version = "test_native_cache";
-    NativeCompiler::instance().configure(o);
-    NativeCompiler::instance().reset_stats();
-  }
-  ~CompilerSetup() { NativeCompiler::instance().configure(saved); }
-};
 
 }  // namespace
 
@@ -281,8 +216,9 @@ TEST(NativeCompiler, AFailingCompilerIsReportedNotFatal) {
     EXPECT_EQ(r.fn, nullptr) << name;
     EXPECT_NE(r.error.find(says), std::string::npos) << r.error;
     EXPECT_EQ(NativeCompiler::instance().stats().failures, 1u) << name;
-    if (name == "false")  // its (empty) output stays beside the entry
+    if (name == "false") {  // its (empty) output stays beside the entry
       EXPECT_TRUE(fs::exists(NativeCache::in_root(root.path.string()).path(r.key, ".log")));
+    }
   }
 }
 
