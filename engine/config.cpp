@@ -128,6 +128,13 @@ std::optional<Config> config_from_env(std::string& error) {
   }
   if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
+  if (auto v = env("NEURON_NUMERICS")) {
+    if (*v != "exact" && *v != "fast") {
+      error = bad("NEURON_NUMERICS", *v, "exact (results bit-equal to CPU eager) or fast (README: numerics)");
+      return std::nullopt;
+    }
+    c.fast_numerics = *v == "fast";
+  }
   if (auto v = env("NEURON_CACHE_DIR")) {
     if (v->empty()) {
       error = bad("NEURON_CACHE_DIR", *v, "a folder path (created if missing)");

@@ -22,6 +22,7 @@ struct Config {
   bool pin_workers = true;        // each worker team thread on its own CPU
   std::string trace_path;
   std::string policy_path;
+  bool fast_numerics = false;  // NEURON_NUMERICS=fast: every policy's numerics default
   std::string cache_dir;
   uint64_t cache_max_bytes = 0;  // NEURON_CACHE_MAX_BYTES; 0: fusion's default (1 GiB)
   std::string cxx;  // tier-2 compiler (NEURON_CXX)

@@ -90,6 +90,9 @@ const Config& init_from_env() {
     auto parsed = config_from_env(error);
     if (!parsed) return;
     g_config = *parsed;
+    // Before any policy is made: every policy, built-in or read, starts with it.
+    fusion::set_default_numerics(g_config.fast_numerics ? fusion::Numerics::kFast : fusion::Numerics::kExact);
+    if (g_config.fast_numerics) set_active_policy(fusion::Policy{});  // the default, now fast
     if (!g_config.policy_path.empty()) {
       auto policy = fusion::load_policy_file(g_config.policy_path, error);
       if (!policy) {

@@ -1,6 +1,7 @@
 #include "fusion/policy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -267,6 +268,13 @@ std::string knob_names() {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<Numerics> g_default_numerics{Numerics::kExact};
+}  // namespace
+
+Numerics default_numerics() { return g_default_numerics.load(std::memory_order_relaxed); }
+void set_default_numerics(Numerics numerics) { g_default_numerics.store(numerics, std::memory_order_relaxed); }
 
 const std::vector<std::string>& matmul_class_ops() {
   static const std::vector<std::string> ops = {

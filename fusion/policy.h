@@ -22,6 +22,10 @@ enum class Tier { kInstant, kNative, kAuto };
 // approximate='tanh'), within documented bounds; a kernel's trial accepts results within
 // fast_rtol / fast_atol of tier 1's.
 enum class Numerics : uint8_t { kExact, kFast };
+// The numerics every policy starts with unless it sets its own (NEURON_NUMERICS; exact
+// until the engine sets it at start-up).
+Numerics default_numerics();
+void set_default_numerics(Numerics numerics);
 
 struct Policy {
   std::string name = "default";
@@ -86,7 +90,7 @@ struct Policy {
   uint32_t thread_trial_min_output = 256;
   std::vector<std::string> fusible_ops;      // empty: the built-in elementwise set
   GuardSettings guard;                       // the online guard (fusion/guard.h): knobs guard_*
-  Numerics numerics = Numerics::kExact;      // knob numerics (NEURON_NUMERICS sets the default's)
+  Numerics numerics = default_numerics();    // knob numerics (NEURON_NUMERICS sets the default)
   double fast_rtol = 1e-5;                   // fast numerics: a trial's relative tolerance
   double fast_atol = 1e-5;                   // and absolute tolerance
 

@@ -50,3 +50,16 @@ def test_bad_numerics_settings_get_clear_errors(bad, allowed):
         neuron_eager.set_policy({"base": "default", **bad})
     assert allowed in str(e.value) and list(bad)[0] in str(e.value)
     assert neuron_eager.get_policy()["numerics"] == "exact"  # nothing changed
+
+
+def test_neuron_numerics_sets_every_policys_default():
+    code = ("import neuron_eager as ne; a = ne.get_policy()['numerics']; "
+            "ne.set_policy({'base': 'default', 'hot_threshold': 2}); b = ne.get_policy()['numerics']; "
+            "ne.set_policy({'base': 'default', 'numerics': 'exact'}); print(a, b, ne.get_policy()['numerics'])")
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, NEURON_NUMERICS="fast"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["fast", "fast", "exact"], p.stdout
+    bad = subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='neuron')"],
+                         env=dict(os.environ, NEURON_NUMERICS="approximate"), capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "NEURON_NUMERICS" in bad.stderr and "exact" in bad.stderr, bad.stderr[-2000:]
