@@ -20,6 +20,9 @@ class CompilePrelude {
   // The header to pass with -include once its precompiled form is built; "" until then,
   // or when it cannot be built (no folder, not GCC, the build failed).
   std::string include_path() const;
+  // Takes a prelude an earlier process built, if there is one (a file check, once per
+  // process: the first compile uses it too).
+  void find(const NativeOptions& options, const std::string& compiler_identity);
   // Builds the precompiled header under options.prelude_dir unless it exists or was tried
   // in this process (blocking: the background compile pool calls it after a build). A
   // second process that finds it built only checks it is there.
@@ -27,7 +30,10 @@ class CompilePrelude {
 
  private:
   mutable std::mutex mutex_;
-  bool tried_ = false;
+  bool tried_ = false, looked_ = false;
+  // The prelude's header text and its path for these options ("" : none possible).
+  std::string text_, header_;
+  void locate(const NativeOptions& o, const std::string& identity);
   std::string include_;
 };
 

@@ -116,6 +116,7 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
     return r;
   }
   // The precompiled prelude, once built, saves most of the compile (same object).
+  prelude_.find(o, compiler_identity());
   std::vector<std::string> flags = o.flags;
   if (const std::string prelude = prelude_.include_path(); !prelude.empty())
     flags.insert(flags.end(), {"-include", prelude});
