@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "fusion/native.h"
+#include "trace/counters.h"
 #include "trace/log.h"
 #include "trace/recorder.h"
 
@@ -13,25 +14,17 @@ namespace neuron::backend {
 using namespace detail;
 namespace {
 
-std::atomic<uint64_t> g_requested{0}, g_unsupported{0}, g_built{0}, g_build_failures{0},
-    g_accepted{0}, g_rejected_slower{0}, g_rejected_mismatch{0}, g_runs{0}, g_unbound{0};
+trace::Counter g_requested{"native_requested"}, g_unsupported{"native_unsupported"}, g_built{"native_built"},
+    g_build_failures{"native_build_failures"}, g_accepted{"native_accepted"},
+    g_rejected_slower{"native_rejected_slower"}, g_rejected_mismatch{"native_rejected_mismatch"},
+    g_runs{"native_runs"},
+    g_unbound{"native_foreach_tier1_elements"};  // list elements a foreach kernel left to tier 1
 
 }  // namespace
 
 namespace detail {
 void count_tier1_elements(size_t n) { g_unbound.fetch_add(n, std::memory_order_relaxed); }
 }  // namespace detail
-
-NativeCounters native_counters() {
-  return {g_requested, g_unsupported, g_built, g_build_failures,
-          g_accepted,  g_rejected_slower, g_rejected_mismatch, g_runs, g_unbound};
-}
-
-void reset_native_counters() {
-  for (auto* c : {&g_requested, &g_unsupported, &g_built, &g_build_failures, &g_accepted,
-                  &g_rejected_slower, &g_rejected_mismatch, &g_runs, &g_unbound})
-    c->store(0);
-}
 
 std::optional<std::string> NativeGroup::kernel_source(const std::vector<std::unique_ptr<OpWork>>& ops,
                                                       const fusion::Step& step, std::string& why_not) {

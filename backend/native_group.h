@@ -48,13 +48,9 @@ struct ForeachSnapshot {
   std::vector<at::Tensor> buffers;
 };
 
-struct NativeCounters {
-  uint64_t requested = 0, unsupported = 0, built = 0, build_failures = 0, accepted = 0,
-           rejected_slower = 0, rejected_mismatch = 0, runs = 0;
-  uint64_t foreach_tier1_elements = 0;  // list elements a foreach kernel left to tier 1
-};
-NativeCounters native_counters();
-void reset_native_counters();
+// Counters (trace/counters.h): native_requested, native_unsupported, native_built,
+// native_build_failures, native_accepted, native_rejected_slower, native_rejected_mismatch,
+// native_runs, native_foreach_tier1_elements.
 
 class NativeGroup : public std::enable_shared_from_this<NativeGroup> {
  public:

@@ -31,12 +31,8 @@ enum class ThreadRule : uint8_t {
 // count: decided once per geometry (op, sizes, strides, offsets, scalar arguments) on the
 // calling worker by running the op on random inputs both ways (thread_trial.cpp).
 bool trial_thread_free(const OpWork& work);
-struct ThreadTrialStats {
-  uint64_t trials = 0;  // geometries tried
-  uint64_t free = 0;    // of which equal bits: they run as free items
-};
-ThreadTrialStats thread_trial_stats();
-void reset_thread_trial_stats();
+// Counters (trace/counters.h): thread_trials (geometries tried), thread_free_geometries
+// (of which equal bits: they run as free items).
 // The policy's thread_trial_sightings, thread_trial_runs and thread_trial_min_output
 // (called by set_thread_policy).
 void set_thread_trial_policy(const fusion::Policy& policy);

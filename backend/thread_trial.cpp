@@ -17,6 +17,7 @@
 #include "backend/op_thread_rule.h"
 #include "backend/op_work.h"
 #include "fusion/policy.h"
+#include "trace/counters.h"
 
 namespace neuron::backend {
 namespace {
@@ -30,7 +31,7 @@ std::atomic<int> g_sightings{static_cast<int>(fusion::Policy{}.thread_trial_sigh
 // never recur (a batch size new at every step) never pay for a trial.
 constexpr int8_t kFree = 100, kFixed = -1;
 thread_local std::unordered_map<uint64_t, int8_t> t_verdicts;
-std::atomic<uint64_t> g_trials{0}, g_free{0};
+trace::Counter g_trials{"thread_trials"}, g_free{"thread_free_geometries"};  // geometries tried, found free
 
 bool floating(int8_t dtype) {
   switch (static_cast<c10::ScalarType>(dtype)) {
@@ -133,11 +134,5 @@ void set_thread_trial_policy(const fusion::Policy& policy) {
   g_sightings.store(static_cast<int>(policy.thread_trial_sightings), std::memory_order_relaxed);
 }
 
-ThreadTrialStats thread_trial_stats() { return {g_trials.load(), g_free.load()}; }
-
-void reset_thread_trial_stats() {
-  g_trials.store(0);
-  g_free.store(0);
-}
 
 }  // namespace neuron::backend

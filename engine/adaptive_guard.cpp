@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "trace/counters.h"
 #include "trace/event.h"
 #include "trace/recorder.h"
 
@@ -38,7 +39,8 @@ class TrialMarker final : public backend::WorkItem {
   fusion::RunMode ran_;
 };
 
-std::atomic<uint64_t> g_trials{0}, g_retrials{0}, g_kept{0}, g_demoted{0}, g_undecided{0};
+trace::Counter g_trials{"guard_trials"}, g_retrials{"guard_retrials"}, g_kept{"guard_kept"},
+    g_demoted{"guard_demotions"}, g_undecided{"guard_undecided"};
 
 }  // namespace
 
@@ -70,20 +72,12 @@ void emit_guard_verdict(uint64_t key, const fusion::GuardReport& report, uint8_t
   rec.emit(e);
 }
 
-GuardCounters guard_counters() {
-  return {g_trials.load(), g_retrials.load(), g_kept.load(), g_demoted.load(), g_undecided.load()};
-}
-
 void count_guard_trial(bool retrial) { ++(retrial ? g_retrials : g_trials); }
 
 void count_guard_verdict(fusion::GuardVerdict verdict) {
   if (verdict == fusion::GuardVerdict::kKeep) ++g_kept;
   else if (verdict == fusion::GuardVerdict::kDemote) ++g_demoted;
   else if (verdict == fusion::GuardVerdict::kUndecidedDemote) ++g_undecided;
-}
-
-void reset_guard_counters() {
-  for (auto* c : {&g_trials, &g_retrials, &g_kept, &g_demoted, &g_undecided}) c->store(0);
 }
 
 }  // namespace neuron::engine

@@ -28,12 +28,9 @@ void queue_trial_end(backend::Stream& stream, std::shared_ptr<TrialSpan> span,
 // Traces a verdict (GuardVerdict event).
 void emit_guard_verdict(uint64_t key, const fusion::GuardReport& report, uint8_t core);
 
-struct GuardCounters {
-  uint64_t trials = 0, retrials = 0, kept = 0, demoted = 0, undecided = 0;
-};
-GuardCounters guard_counters();
+// Counters (trace/counters.h): guard_trials, guard_retrials, guard_kept, guard_demotions,
+// guard_undecided.
 void count_guard_trial(bool retrial);
 void count_guard_verdict(fusion::GuardVerdict verdict);
-void reset_guard_counters();
 
 }  // namespace neuron::engine

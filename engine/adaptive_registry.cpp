@@ -17,8 +17,10 @@ Registry& registry() {
   return *r;
 }
 
-std::atomic<uint64_t> g_programs{0}, g_segments_fused{0}, g_ops_fused_segments{0},
-    g_ops_tile_groups{0}, g_ops_per_op{0}, g_divergences{0}, g_blacklisted{0}, g_failures{0};
+trace::Counter g_programs{"programs"}, g_segments_fused{"segments_fused"},
+    g_ops_fused_segments{"ops_in_fused_segments"}, g_ops_tile_groups{"ops_in_tile_groups"},
+    g_ops_per_op{"ops_per_op"}, g_divergences{"divergences"}, g_blacklisted{"blacklisted"},
+    g_failures{"fusion_failures"};
 std::atomic<int> g_open_windows{0};
 
 bool fusion_allowed() {
@@ -71,28 +73,6 @@ void reset_fusion_state() {
     r.rejected.clear();
   }
   trace_cache().clear();
-}
-
-void reset_adaptive_stats() {
-  for (auto* c : {&g_programs, &g_segments_fused, &g_ops_fused_segments, &g_ops_tile_groups,
-                  &g_ops_per_op, &g_divergences, &g_blacklisted, &g_failures})
-    c->store(0);
-  reset_guard_counters();
-  backend::reset_native_counters();
-  fusion::NativeCompiler::instance().reset_stats();
-}
-
-AdaptiveStats adaptive_stats() {
-  AdaptiveStats s;
-  s.programs = g_programs;
-  s.segments_fused = g_segments_fused;
-  s.ops_in_fused_segments = g_ops_fused_segments;
-  s.ops_in_tile_groups = g_ops_tile_groups;
-  s.ops_per_op = g_ops_per_op;
-  s.divergences = g_divergences;
-  s.blacklisted = g_blacklisted;
-  s.failures = g_failures;
-  return s;
 }
 
 }  // namespace neuron::engine

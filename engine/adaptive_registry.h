@@ -19,6 +19,7 @@
 #include "fusion/guard.h"
 #include "fusion/planner.h"
 #include "fusion/policy.h"
+#include "trace/counters.h"
 
 namespace neuron::engine {
 
@@ -51,9 +52,9 @@ struct Registry {
 
 Registry& registry();
 
-// The controller's counters (adaptive_stats() reads them).
-extern std::atomic<uint64_t> g_programs, g_segments_fused, g_ops_fused_segments,
-    g_ops_tile_groups, g_ops_per_op, g_divergences, g_blacklisted, g_failures;
+// The controller's counters (trace/counters.h: neuron_eager.counters() lists them).
+extern trace::Counter g_programs, g_segments_fused, g_ops_fused_segments, g_ops_tile_groups,
+    g_ops_per_op, g_divergences, g_blacklisted, g_failures;
 extern std::atomic<int> g_open_windows;  // streams holding ops in their window
 
 // Adaptive mode, and no deterministic algorithms asked for.

@@ -19,6 +19,7 @@
 #include "engine/pch.h"
 #include "engine/recording.h"
 #include "fusion/policy.h"
+#include "trace/counters.h"
 #include "trace/log.h"
 
 namespace neuron::engine {
@@ -194,12 +195,9 @@ Counters counters() {
   return c;
 }
 
-void reset_adaptive_stats();  // adaptive_registry.cpp
-
 void reset_counters() {
   g_counters.reset();
-  reset_adaptive_stats();
-  backend::reset_thread_trial_stats();
+  trace::reset_registered_counters();  // the controller's, the guard's, tier 2's, ...
   backend::reset_busy_time();
 }
 

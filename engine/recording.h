@@ -33,11 +33,6 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& work, const OpInfo& info,
 // anything else is queued or waited for on that core.
 void flush_windows(c10::DeviceIndex core);
 void flush_all_windows();
-struct AdaptiveStats {
-  uint64_t programs = 0, segments_fused = 0, ops_in_fused_segments = 0, ops_in_tile_groups = 0,
-           ops_per_op = 0, divergences = 0, blacklisted = 0, failures = 0;
-};
-AdaptiveStats adaptive_stats();
 // Forgets every segment key, program and decision (like torch._dynamo.reset()): the next
 // occurrences start cold. Waits for queued work and background builds first.
 void reset_fusion_state();

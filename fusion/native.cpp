@@ -288,6 +288,11 @@ void NativeCompiler::mark_verified(const std::string& key) {
   if (!o.cache_dir.empty()) NativeCache::in_root(o.cache_dir).mark_verified(key);
 }
 
+trace::Counter NativeCompiler::compiles_{"native_compiles"}, NativeCompiler::disk_hits_{"native_disk_hits"},
+    NativeCompiler::memory_hits_{"native_memory_hits"}, NativeCompiler::failures_{"native_compile_failures"},
+    NativeCompiler::corrupt_{"native_corrupt_entries"}, NativeCompiler::evictions_{"native_cache_evictions"},
+    NativeCompiler::private_builds_{"native_private_builds"};
+
 NativeStats NativeCompiler::stats() const {
   NativeStats s;
   s.compiles = compiles_;
@@ -301,9 +306,9 @@ NativeStats NativeCompiler::stats() const {
 }
 
 void NativeCompiler::reset_stats() {
-  for (auto* c : {&compiles_, &disk_hits_, &memory_hits_, &failures_, &corrupt_, &evictions_,
-                  &private_builds_})
-    c->store(0);
+  for (trace::Counter* c : {&compiles_, &disk_hits_, &memory_hits_, &failures_, &corrupt_, &evictions_,
+                            &private_builds_})
+    c->reset();
 }
 
 }  // namespace neuron::fusion

@@ -20,6 +20,7 @@
 #include "fusion/cache_hygiene.h"
 #include "fusion/codegen.h"
 #include "fusion/compile_prelude.h"
+#include "trace/counters.h"
 
 namespace neuron::fusion {
 
@@ -100,8 +101,8 @@ class NativeCompiler {
   std::string identity_;  // first line of `compiler --version`
   std::unordered_map<std::string, NativeKernelFn> loaded_;
   std::unordered_map<std::string, bool> verified_;
-  std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0}, failures_{0}, corrupt_{0};
-  std::atomic<uint64_t> evictions_{0}, private_builds_{0};
+  // Registered counters (trace/counters.h), static so they are listed before the first build.
+  static trace::Counter compiles_, disk_hits_, memory_hits_, failures_, corrupt_, evictions_, private_builds_;
   std::atomic<bool> cache_unwritable_{false};
   std::atomic<int64_t> in_flight_{0};
   CompilePrelude prelude_;

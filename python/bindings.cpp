@@ -17,6 +17,7 @@
 #include "fusion/native.h"
 #include "fusion/policy.h"
 #include "fusion/replay.h"
+#include "trace/counters.h"
 #include "trace/recorder.h"
 
 namespace py = pybind11;
@@ -167,41 +168,9 @@ PYBIND11_MODULE(_C, m) {
     int64_t busy = 0;
     for (int i = 0; i < backend::core_count(); ++i) busy += backend::busy_time_ns(i);
     d["device_busy_ns"] = busy;
-    auto a = engine::adaptive_stats();
-    d["programs"] = a.programs;
-    d["segments_fused"] = a.segments_fused;
-    d["ops_in_fused_segments"] = a.ops_in_fused_segments;
-    d["ops_in_tile_groups"] = a.ops_in_tile_groups;
-    d["ops_per_op"] = a.ops_per_op;
-    d["divergences"] = a.divergences;
-    d["blacklisted"] = a.blacklisted;
-    d["fusion_failures"] = a.failures;
-    auto g = engine::guard_counters();
-    d["guard_trials"] = g.trials;
-    d["guard_retrials"] = g.retrials;
-    d["guard_kept"] = g.kept;
-    d["guard_demotions"] = g.demoted;
-    d["guard_undecided"] = g.undecided;
-    auto n = backend::native_counters();
-    d["native_requested"] = n.requested;
-    d["native_unsupported"] = n.unsupported;
-    d["native_built"] = n.built;
-    d["native_build_failures"] = n.build_failures;
-    d["native_accepted"] = n.accepted;
-    d["native_rejected_slower"] = n.rejected_slower;
-    d["native_rejected_mismatch"] = n.rejected_mismatch;
-    d["native_runs"] = n.runs;
-    d["native_foreach_tier1_elements"] = n.foreach_tier1_elements;
-    auto tt = backend::thread_trial_stats();
-    d["thread_trials"] = tt.trials;
-    d["thread_free_geometries"] = tt.free;
-    auto c2 = fusion::NativeCompiler::instance().stats();
-    d["native_compiles"] = c2.compiles;
-    d["native_disk_hits"] = c2.disk_hits;
-    d["native_memory_hits"] = c2.memory_hits;
-    d["native_corrupt_entries"] = c2.corrupt_entries;
-    d["native_cache_evictions"] = c2.evictions;
-    d["native_private_builds"] = c2.private_builds;
+    // Every module's registered counters (the controller's, the guard's, tier 2's, the
+    // compile cache's, thread trials), by name.
+    for (const auto& [name, value] : trace::counter_values()) d[py::str(name)] = value;
     return d;
   });
   m.def("reset_fusion_state", [] {
