@@ -15,19 +15,7 @@ void emit_tier2_event(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_
                       const std::string& reason) {
   if (!trace::recording()) return;
   auto& rec = trace::Recorder::instance();
-  trace::Event e;
-  e.time_ns = rec.now_ns() - std::min(rec.now_ns(), duration);
-  e.duration_ns = duration;
-  e.kind = static_cast<uint8_t>(kind);
-  e.value = reason.empty() ? key : rec.intern_string(reason);
-  e.aux = aux;
-  rec.emit(e);
-}
-
-uint64_t steady_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
+  rec.emit_ended(kind, reason.empty() ? key : rec.intern_string(reason), aux, duration);
 }
 
 void tier2_note(uint64_t key, const std::string& what) {

@@ -8,6 +8,7 @@
 
 #include "backend/op_work.h"
 #include "fusion/codegen.h"
+#include "trace/clock.h"
 #include "trace/event.h"
 
 namespace neuron::backend::detail {
@@ -15,7 +16,7 @@ namespace neuron::backend::detail {
 // A trace event about a group's tier 2 (reason, when given, replaces the key as value).
 void emit_tier2_event(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration,
                       const std::string& reason = "");
-uint64_t steady_ns();
+using trace::steady_ns;  // the project's one clock (trace/clock.h)
 void tier2_note(uint64_t key, const std::string& what);
 char* data_of(const DeviceBuffer& storage, const trace::TensorMeta& m);
 double scalar_value(const c10::IValue& v);

@@ -21,16 +21,7 @@ namespace neuron::engine {
 namespace {
 
 void emit(trace::EventKind kind, uint64_t key, uint64_t aux, uint64_t duration, uint8_t core) {
-  if (!trace::recording()) return;
-  auto& rec = trace::Recorder::instance();
-  trace::Event e;
-  e.time_ns = rec.now_ns() - duration;
-  e.duration_ns = duration;
-  e.kind = static_cast<uint8_t>(kind);
-  e.value = key;
-  e.aux = aux;
-  e.core = core;
-  rec.emit(e);
+  if (trace::recording()) trace::Recorder::instance().emit_ended(kind, key, aux, duration, core);
 }
 
 // Whether any tier-2 group of the program satisfies `pred`.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "trace/clock.h"
 #include "trace/counters.h"
 #include "trace/event.h"
 #include "trace/recorder.h"
@@ -10,11 +11,7 @@
 namespace neuron::engine {
 namespace {
 
-uint64_t steady_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+using trace::steady_ns;
 
 class TrialMarker final : public backend::WorkItem {
  public:

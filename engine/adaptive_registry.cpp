@@ -30,12 +30,7 @@ bool fusion_allowed() {
 void fallback_event(const char* reason, uint8_t core) {
   if (!trace::recording()) return;
   auto& rec = trace::Recorder::instance();
-  trace::Event e;
-  e.time_ns = rec.now_ns();
-  e.kind = static_cast<uint8_t>(trace::EventKind::kFallback);
-  e.value = rec.intern_string(reason);
-  e.core = core;
-  rec.emit(e);
+  rec.emit_ended(trace::EventKind::kFallback, rec.intern_string(reason), 0, 0, core);
 }
 
 bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }

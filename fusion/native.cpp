@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "fusion/atomic_file.h"
+#include "trace/clock.h"
 #include "fusion/cache_hygiene.h"
 #include "fusion/compiler_process.h"
 #include "fusion/native_cache.h"
@@ -25,11 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+using trace::steady_ns;
 
 NativeKernelFn load_kernel(const std::string& path, std::string& error) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -105,7 +102,7 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
   NativeResult r;
   r.key = key;
   const NativeOptions o = options();
-  const std::string tag = std::to_string(getpid()) + "." + hex64(now_ns());
+  const std::string tag = std::to_string(getpid()) + "." + hex64(steady_ns());
   const std::string so_path = cache.object_path(key);
   const std::string src_path = cache.path(key, ".cpp");
   const std::string tmp_so = so_path + ".tmp." + tag;
@@ -120,9 +117,9 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
   std::vector<std::string> flags = o.flags;
   if (const std::string prelude = prelude_.include_path(); !prelude.empty())
     flags.insert(flags.end(), {"-include", prelude});
-  const uint64_t start = now_ns();
+  const uint64_t start = steady_ns();
   const int status = compile_shared_object(o.compiler, flags, o.link_flags, src_path, tmp_so, log_path);
-  r.build_ns = now_ns() - start;
+  r.build_ns = steady_ns() - start;
   compiles_.fetch_add(1);
   std::error_code ec;
   if (status != 0) {
@@ -163,7 +160,7 @@ NativeResult NativeCompiler::build_locked_on_disk(const std::string& source,
   unusable = !lock.held();
   // Another process may have built it while we waited for the lock. Without the lock (a
   // read-only cache) an intact entry is still loaded: checksums keep half-written ones out.
-  const uint64_t start = now_ns();
+  const uint64_t start = steady_ns();
   NativeResult r;
   r.key = key;
   const NativeCache::Entry entry = cache.check(key);
@@ -173,7 +170,7 @@ NativeResult NativeCompiler::build_locked_on_disk(const std::string& source,
       if (lock.held()) cache.touch(key);  // its last use, for eviction
       r.verified = cache.verified(key);
       r.from = NativeResult::From::kDisk;
-      r.build_ns = now_ns() - start;
+      r.build_ns = steady_ns() - start;
       disk_hits_.fetch_add(1);
       return r;
     }

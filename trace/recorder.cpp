@@ -1,5 +1,7 @@
 #include "trace/recorder.h"
 
+#include <algorithm>
+
 #include <zlib.h>
 
 #include <atomic>
@@ -143,6 +145,18 @@ uint16_t Recorder::thread_id(const char* role) {
     t_buffer = b;
   }
   return t_buffer->id;
+}
+
+void Recorder::emit_ended(EventKind kind, uint64_t value, uint64_t aux, uint64_t duration_ns, uint8_t core) {
+  Event e;
+  const uint64_t now = now_ns();
+  e.time_ns = now - std::min(now, duration_ns);
+  e.duration_ns = duration_ns;
+  e.kind = static_cast<uint8_t>(kind);
+  e.value = value;
+  e.aux = aux;
+  e.core = core;
+  emit(e);
 }
 
 void Recorder::emit(const Event& event) {

@@ -30,6 +30,9 @@ class Recorder {
 
   uint64_t now_ns() const;
   void emit(const Event& event);
+  // An event that ends now and lasted duration_ns (0: an instant): its start is clamped
+  // to the recording's (a duration longer than the recording so far starts at 0).
+  void emit_ended(EventKind kind, uint64_t value, uint64_t aux = 0, uint64_t duration_ns = 0, uint8_t core = 0);
   // Names shown by viewers: op ids, string ids (causes, reasons, stacks), thread ids.
   void name_op(uint32_t id, const std::string& name);
   uint32_t intern_string(const std::string& text);
