@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def run(script, *args):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", script), *args],
                        capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, (f"{script} exited {r.returncode}\n--- stdout (tail)\n"
+                               f"{r.stdout[-3000:]}\n--- stderr (tail)\n{r.stderr[-2000:]}")
     return r.stdout
 
 
