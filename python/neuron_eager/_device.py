@@ -60,6 +60,11 @@ def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
 
 
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 runs natively (ATen's CPU kernels take it); transformers asks this for bf16=True."""
+    return is_available()
+
+
 class device:
     """Context manager that makes `device` current inside the block."""
 
