@@ -105,6 +105,23 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Bo
   bool hit = shape_record->hashable && shape_cache().lookup(*shape_record, key, outs);
   if (hit) {
     bump(g_counters.shape_cache_hits);
+  } else if (info.layout_from_cpu && shape_record->hashable) {
+    // The first call with this input geometry runs now; its outputs' CPU geometry is what
+    // later calls allocate.
+    const trace::OpRecord record = *shape_record;
+    run_now();
+    const size_t n = info.returns.size();
+    outs.clear();
+    for (size_t r = 0; r < n && stack->size() >= n; ++r) {
+      const c10::IValue& v = (*stack)[stack->size() - n + r];
+      TensorMeta m;
+      if (v.isTensor() && v.toTensor().defined() &&
+          !backend::describe_tensor(v.toTensor(), m))
+        return;
+      outs.push_back(m);
+    }
+    shape_cache().insert(record, key, outs);
+    return;
   } else {
     bump(g_counters.shape_cache_misses);
     try {

@@ -35,6 +35,17 @@ const std::unordered_set<std::string>& meta_disagrees_ops() {
   return ops;
 }
 
+// Ops whose CPU kernel gives outputs other strides than their Meta kernel (found by
+// test_opinfo's stride comparison): their output geometry is learnt from a CPU run per
+// input geometry (OpInfo::layout_from_cpu).
+const std::unordered_set<std::string>& layout_from_cpu_ops() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::_fft_r2c",     "aten::_fft_c2r",      "aten::_fft_c2c",      "aten::_linalg_svd",
+      "aten::linalg_eig",   "aten::linalg_lstsq",  "aten::nonzero_static", "aten::max_unpool2d",
+      "aten::max_unpool3d"};
+  return ops;
+}
+
 // Out variants that leave part of a preallocated output unwritten (they zero it only when
 // they resize it): the functional kernel runs instead.
 const std::unordered_set<std::string>& out_variant_denylist() {
@@ -172,6 +183,11 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
   if (meta_disagrees_ops().count(s.name())) {
     info->synchronous = true;
     info->synchronous_reason = "its Meta kernel's output shapes differ from the CPU kernel's";
+  }
+  // Learning needs returns that are all fresh tensors (no written arguments to resize).
+  if (layout_from_cpu_ops().count(s.name()) && s.overload_name().empty()) {
+    info->layout_from_cpu = info->write_args.empty();
+    for (const auto& r : info->returns) info->layout_from_cpu &= r.kind == ReturnInfo::kNew && !r.is_list;
   }
   info->threads = thread_rule_of(info->name);
   classify_fusible(*info);

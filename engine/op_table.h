@@ -53,6 +53,10 @@ struct OpInfo {
   // the outputs after copying the inputs there (their out= kernels allocate and copy).
   std::optional<c10::OperatorHandle> foreach_inplace;
   std::atomic<bool> out_refused{false};  // the worker saw the out variant fail
+  // The CPU kernel lays outputs out in ways the Meta kernel does not predict (FFTs,
+  // LAPACK results): the first call per input geometry runs at once and the shape cache
+  // keeps the CPU's output geometry, so later calls with that geometry queue.
+  bool layout_from_cpu = false;
   // Ops that must run at once on the caller's thread, with the reason.
   std::atomic<bool> synchronous{false};
   std::string synchronous_reason;

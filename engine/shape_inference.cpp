@@ -2,6 +2,7 @@
 
 #include <ATen/ops/empty_like.h>
 
+#include "engine/conv_layout.h"
 #include "engine/counters.h"
 #include "engine/fast_meta.h"
 #include "trace/log.h"
@@ -94,6 +95,7 @@ void match_cpu_shapes(const OpInfo& info, c10::ArrayRef<c10::IValue> args,
       break;
     }
   }
+  match_cpu_conv_layout(info.name, args, outs, info.write_args.size());
   const bool batch_norm = info.name == "aten::native_batch_norm" ||
                           info.name == "aten::_native_batch_norm_legit" ||
                           info.name == "aten::_native_batch_norm_legit.no_stats";

@@ -1,5 +1,6 @@
 // Ops that cannot be queued run here, at once, after the device drained: CPU kernels on
 // aliases of device memory, results copied onto the device.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
 #include "backend/op_work.h"
@@ -25,10 +26,13 @@ at::Tensor alias_of(const at::Tensor& t) {
   return backend::cpu_alias(t.storage(), m);
 }
 
-// A fresh neuron tensor holding a copy of the CPU result.
+// A fresh neuron tensor holding a copy of the CPU result, with its strides (LAPACK
+// results can be views into a larger column-major buffer; the copy keeps that layout).
 at::Tensor to_device(const at::Tensor& result, c10::DeviceIndex device) {
   if (!result.defined()) return result;
-  at::Tensor src = result.is_non_overlapping_and_dense() ? result : result.contiguous();
+  const bool keep = result.is_non_overlapping_and_dense() ||
+                    at::has_internal_overlap(result) == at::MemOverlap::No;
+  at::Tensor src = keep ? result : result.contiguous();
   trace::TensorMeta m;
   TORCH_CHECK(backend::describe_tensor(src, m), "neuron: too many dimensions");
   m.storage_offset = 0;

@@ -26,5 +26,5 @@ def pytest_terminal_summary(terminalreporter):
     if stats:
         terminalreporter.write_line(
             f"OpInfo coverage: {stats['passed']} of {stats['total']} float32 OpInfos match CPU "
-            f"on neuron ({stats['excluded']} excluded with reasons, {stats['failed']} failed); "
+            f"(values and strides) on neuron ({stats['excluded']} excluded with reasons, {stats['failed']} failed); "
             f"{stats['samples']} samples compared")
