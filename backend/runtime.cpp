@@ -98,7 +98,7 @@ Stream& stream(int core, int64_t id) {
 int64_t new_stream(int core) {
   Core& c = core_at(core);
   int64_t n = c.next_stream.fetch_add(1);
-  return 1 + (n - 1) % (kMaxStreamsPerCore - 1);
+  return 1 + (n - 1) % (kCollectiveStream - 1);
 }
 
 void synchronize_core(int core) {

@@ -11,6 +11,9 @@
 namespace neuron::backend {
 
 inline constexpr int kMaxStreamsPerCore = 32;
+// The stream collectives run on (distributed/), kept out of new_stream's pool like NCCL's
+// internal streams, so a user's stream never waits behind another rank.
+inline constexpr int64_t kCollectiveStream = kMaxStreamsPerCore - 1;
 
 struct RuntimeConfig {
   int cores = 2;
@@ -25,7 +28,8 @@ size_t hbm_bytes();
 DeviceMemory& memory(int core);
 // Stream id 0 is the core's default stream; others come from new_stream.
 Stream& stream(int core, int64_t id);
-// A stream id from the core's pool (created on first use, then reused round-robin).
+// A stream id from the core's pool (created on first use, then reused round-robin; never
+// kCollectiveStream).
 int64_t new_stream(int core);
 // Waits for every stream of the core; rethrows the first worker error.
 void synchronize_core(int core);

@@ -8,6 +8,7 @@
 
 #include "backend/runtime.h"
 #include "backend/segment_work.h"
+#include "distributed/process_group.h"
 #include "engine/adaptive_guard.h"
 #include "engine/engine.h"
 #include "engine/fast_meta.h"
@@ -402,4 +403,10 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("trace"), py::arg("base"), py::arg("values"), py::arg("cost") = "measured",
      py::arg("trn2") = std::map<std::string, double>{}, py::arg("cut_after_ops") = std::vector<uint32_t>{},
      py::arg("hook") = py::none(), py::arg("whole_run_ops") = std::vector<uint32_t>{});
+
+  // torch.distributed: the `neuron` c10d backend, with a host backend (Gloo) as transport.
+  m.def("_process_group_backend", [](c10::intrusive_ptr<c10d::Backend> host, int rank, int size) {
+    std::shared_ptr<distributed::Transport> transport = distributed::host_backend_transport(std::move(host));
+    return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<distributed::NeuronBackend>(rank, size, transport));
+  }, py::arg("host"), py::arg("rank"), py::arg("size"));
 }

@@ -1,0 +1,96 @@
+#include "distributed/collective_work.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
+
+#include "backend/runtime.h"
+#include "engine/engine.h"
+#include "engine/recording.h"
+
+namespace neuron::distributed {
+
+void PeerTransfer::started(c10::intrusive_ptr<c10d::Work> work) {
+  std::lock_guard lock(mutex_);
+  work_ = std::move(work);
+}
+
+void PeerTransfer::wait() {
+  c10::intrusive_ptr<c10d::Work> work;
+  {
+    std::lock_guard lock(mutex_);
+    if (done_) return;
+    work = work_;
+  }
+  // A transfer whose start failed has no work: its error is the start's.
+  if (work) work->wait();
+  std::lock_guard lock(mutex_);
+  done_ = true;
+  tensors_.clear();
+}
+
+bool PeerTransfer::finished() {
+  std::lock_guard lock(mutex_);
+  if (!done_ && work_ && work_->isCompleted()) {
+    done_ = true;
+    tensors_.clear();
+  }
+  return done_;
+}
+
+void CollectiveItem::run() {
+  c10::intrusive_ptr<c10d::Work> started;
+  try {
+    started = launch_(transport_->host());
+  } catch (...) {
+    if (peer_) peer_->started(nullptr);
+    throw;
+  }
+  if (peer_) peer_->started(std::move(started));
+}
+
+void PeerWaitItem::run() {
+  for (auto& p : peers_) p->wait();
+}
+
+NeuronWork::NeuronWork(int rank, c10d::OpType type, Issued issued)
+    : c10d::Work(rank, type), issued_(std::move(issued)) {}
+
+bool NeuronWork::isCompleted() {
+  if (!issued_.end->query()) return false;
+  for (auto& p : issued_.peers)
+    if (!p->finished()) return false;
+  return true;
+}
+
+bool NeuronWork::isSuccess() const { return true; }
+
+bool NeuronWork::wait(std::chrono::milliseconds /*timeout: the transport's own applies*/) {
+  const c10::DeviceIndex core = issued_.core;
+  engine::flush_windows(core);
+  backend::Stream& stream = engine::current_stream(core);
+  issued_.end->block(stream);
+  if (!issued_.peers.empty())
+    stream.enqueue(std::make_unique<PeerWaitItem>(issued_.peers, issued_.description + " (transfer)"));
+  if (issued_.blocks_host || engine::launch_blocking())
+    engine::synchronize_stream(stream, issued_.blocks_host ? "barrier" : "NEURON_LAUNCH_BLOCKING");
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> NeuronWork::getFuture() {
+  std::lock_guard lock(future_mutex_);
+  if (future_) return future_;
+  const c10::Device device(c10::DeviceType::PrivateUse1, issued_.core);
+  future_ = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
+  if (issued_.peers.empty()) {
+    // Recorded on the collective stream: the value is ready once the collective ran.
+    c10::StreamGuard guard(c10::Stream(c10::Stream::UNSAFE, device, backend::kCollectiveStream));
+    future_->markCompleted(c10::IValue(issued_.outputs));
+  } else {
+    wait();  // the current stream waits for the transfers
+    future_->markCompleted(c10::IValue(issued_.outputs));
+  }
+  return future_;
+}
+
+}  // namespace neuron::distributed
