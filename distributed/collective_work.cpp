@@ -6,6 +6,7 @@
 #include "backend/runtime.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
+#include "trace/recorder.h"
 
 namespace neuron::distributed {
 
@@ -37,15 +38,38 @@ bool PeerTransfer::finished() {
   return done_;
 }
 
+namespace {
+
+void emit_collective(const CollectiveTrace& t, uint64_t start_ns) {
+  trace::Recorder& r = trace::Recorder::instance();
+  trace::Event e;
+  e.time_ns = start_ns;
+  e.duration_ns = r.now_ns() - start_ns;
+  e.kind = static_cast<uint8_t>(trace::EventKind::kCollective);
+  e.value = r.intern_string(t.op);
+  e.aux = t.bytes;
+  e.reserved = r.intern_string(t.group);
+  e.seq = t.number;
+  e.core = t.core;
+  e.stream = static_cast<uint16_t>(backend::kCollectiveStream);
+  r.emit(e);
+}
+
+}  // namespace
+
 void CollectiveItem::run() {
+  const bool traced = trace::recording();
+  const uint64_t start_ns = traced ? trace::Recorder::instance().now_ns() : 0;
   c10::intrusive_ptr<c10d::Work> started;
   try {
     started = launch_(transport_->host());
   } catch (...) {
     if (peer_) peer_->started(nullptr);
+    if (traced) emit_collective(trace_, start_ns);
     throw;
   }
   if (peer_) peer_->started(std::move(started));
+  if (traced) emit_collective(trace_, start_ns);
 }
 
 void PeerWaitItem::run() {

@@ -42,6 +42,15 @@ class PeerTransfer {
   bool done_ = false;
 };
 
+// What a collective's trace event names (trace::EventKind::kCollective).
+struct CollectiveTrace {
+  const char* op = "";
+  uint64_t bytes = 0;
+  std::string group;
+  uint64_t number = 0;  // the group's call number
+  uint8_t core = 0;
+};
+
 // The item the collective stream runs. launch runs the transport call on host aliases:
 // a collective waits for its transfer inside launch and returns null; a point-to-point
 // call returns the started work, handed to peer.
@@ -49,9 +58,9 @@ class CollectiveItem final : public backend::WorkItem {
  public:
   using Launch = std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend& host)>;
   CollectiveItem(std::shared_ptr<Transport> transport, Launch launch, std::string description,
-                 std::shared_ptr<PeerTransfer> peer)
+                 std::shared_ptr<PeerTransfer> peer, CollectiveTrace trace)
       : transport_(std::move(transport)), launch_(std::move(launch)),
-        description_(std::move(description)), peer_(std::move(peer)) {}
+        description_(std::move(description)), peer_(std::move(peer)), trace_(std::move(trace)) {}
   void run() override;
   std::string describe() const override { return description_; }
 
@@ -60,6 +69,7 @@ class CollectiveItem final : public backend::WorkItem {
   Launch launch_;
   std::string description_;
   std::shared_ptr<PeerTransfer> peer_;
+  CollectiveTrace trace_;
 };
 
 // What Work::wait() queues on the current stream for point-to-point transfers.

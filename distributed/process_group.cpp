@@ -56,10 +56,11 @@ NeuronBackend::TensorLists NeuronBackend::Call::host(const TensorLists& ts, bool
 std::string NeuronBackend::describe(const Call& call) const {
   std::ostringstream s;
   s << "c10d " << call.op() << " #" << sequence_ << " (" << call.bytes() << " bytes, rank " << getRank()
-    << " of " << getSize() << ", group '" << (pg_desc_.empty() ? pg_uid_ : pg_desc_) << "', "
-    << transport_->name() << ")";
+    << " of " << getSize() << ", group '" << group_name() << "', " << transport_->name() << ")";
   return s.str();
 }
+
+std::string NeuronBackend::group_name() const { return pg_desc_.empty() ? pg_uid_ : pg_desc_; }
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::issue(const Call& call, c10d::OpType type, Tensors outputs,
                                                     CollectiveItem::Launch launch, Tensors peer_tensors,
@@ -79,15 +80,17 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::issue(const Call& call, c10d::OpTy
     in_flight_.push_back(transfer);
     issued.peers.push_back(transfer);
   }
-  // Ops an adaptive window holds go first, and the collective closes the open segments.
-  engine::flush_windows(core);
+  // Ops an adaptive window holds go first, and the collective closes the open segments
+  // (a barrier in the op stream: no segment contains it).
+  engine::flush_windows(core, trace::CutReason::kBarrier);
   backend::Stream& current = engine::current_stream(core);
   backend::Stream& comm = backend::stream(core, backend::kCollectiveStream);
   auto start = std::make_shared<backend::Event>(core);
   start->record(current);
   start->block(comm);
+  CollectiveTrace trace{call.op(), call.bytes(), group_name(), sequence_, static_cast<uint8_t>(core)};
   comm.enqueue(std::make_unique<CollectiveItem>(transport_, std::move(launch), issued.description,
-                                                transfer));
+                                                transfer, std::move(trace)));
   issued.end = std::make_shared<backend::Event>(core);
   issued.end->record(comm);
   if (coalescing_) coalesced_.push_back(issued);

@@ -89,6 +89,8 @@ class NeuronBackend final : public c10d::Backend {
                                        CollectiveItem::Launch launch, Tensors peer_tensors = {},
                                        bool peer = false, bool blocks_host = false);
   std::string describe(const Call& call) const;
+  // The group's description (torch's group_desc, else its name) in errors and traces.
+  std::string group_name() const;
 
   std::shared_ptr<Transport> transport_;
   std::mutex mutex_;  // issuing order and the coalescing block

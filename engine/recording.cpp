@@ -83,13 +83,15 @@ trace::TraceCache& trace_cache() {
   return *cache;
 }
 
-void flush_windows(c10::DeviceIndex core) {
+void flush_windows(c10::DeviceIndex core) { flush_windows(core, trace::CutReason::kSync); }
+
+void flush_windows(c10::DeviceIndex core, trace::CutReason reason) {
   if (!observing() && !any_window_open()) return;
   for (int64_t s = 0; s < backend::kMaxStreamsPerCore; ++s) {
     StreamState* st = find_stream_state(core, s);
     if (st == nullptr) continue;
     std::lock_guard lock(st->mutex);
-    flush_locked(*st, trace::CutReason::kSync, core, s);
+    flush_locked(*st, reason, core, s);
   }
 }
 

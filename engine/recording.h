@@ -32,6 +32,8 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& work, const OpInfo& info,
 // Closes the open segments of a core and queues whatever the window holds: needed before
 // anything else is queued or waited for on that core.
 void flush_windows(c10::DeviceIndex core);
+// The same, with the cut's reason (a collective cuts as a barrier: no segment spans it).
+void flush_windows(c10::DeviceIndex core, trace::CutReason reason);
 void flush_all_windows();
 // Forgets every segment key, program and decision (like torch._dynamo.reset()): the next
 // occurrences start cold. Waits for queued work and background builds first.

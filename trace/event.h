@@ -29,6 +29,10 @@ enum class EventKind : uint8_t {
   // A key's state transition (value = key, flags = from << 8 | to, aux = occurrences; the
   // states of trace/segment_state.h).
   kSegmentState = 17,
+  // The collective stream ran a collective, or started a point-to-point transfer (value =
+  // call name string id, aux = bytes, reserved = group string id, seq = the group's call
+  // number, duration = the worker's time in it; stream = the collective stream).
+  kCollective = 18,
 };
 
 // Why a segment was cut (SegmentCut flags).

@@ -25,11 +25,17 @@ def _create_backend(options, _backend_options=None):
 
 def _fix_default_backend(pg) -> None:
     """torch 2.13 gives a group made with no backend name the default backend type GLOO
-    unless it holds NCCL, even when the accelerator's custom backend is its only one; DDP's
-    logger then fails with "Could not find backend type 1". Such a group's default is ours."""
+    unless it holds NCCL, even when the accelerator's custom backend is its only one (DDP's
+    logger then fails with "Could not find backend type 1"), and a "cpu:gloo,neuron:neuron"
+    group none at all. Such a group's default is ours."""
     if type(pg) is not dist.ProcessGroup:
         return
-    if [d.type for d in pg._device_types] == ["neuron"] and pg._get_backend_name() == "gloo":
+    types = {d.type for d in pg._device_types}
+    if "neuron" not in types:
+        return
+    name = pg._get_backend_name()
+    # "cpu:gloo,neuron:neuron" leaves it undefined (torch compares plugin names in upper case).
+    if name == "undefined" or (name == "gloo" and "cpu" not in types):
         pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
 
 

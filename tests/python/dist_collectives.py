@@ -253,6 +253,44 @@ def sub_groups():
     dist.barrier()
 
 
+@check
+def traced():
+    """Collectives appear in the trace on their own track with call, bytes and group, the
+    summary lists them, and the op stream is cut before each (a barrier cut)."""
+    import tempfile
+
+    import neuron_eager.trace as nt
+    from neuron_eager.trace.format import COLLECTIVE
+    from neuron_eager.trace.text import format_summary
+    from neuron_eager.trace.tracks import build_tracks
+
+    path = os.path.join(tempfile.mkdtemp(), f"rank{dist.get_rank()}.ntrace")
+    x = torch.ones(1024, device=DEV)
+    with nt.record(path):
+        y = x * 2
+        dist.all_reduce(y)
+        z = torch.empty(2048, device=DEV)
+        dist.all_gather_into_tensor(z, y + 1)
+        z.sum().item()
+    t = nt.load(path)
+    ev = t.events[t.events["kind"] == COLLECTIVE]
+    calls = [(t.string(int(e["value"])), int(e["aux"])) for e in ev]
+    assert calls == [("allreduce", 4096), ("allgather_into_tensor", 4096)], calls
+    assert all(t.string(int(e["reserved"])) for e in ev), "collective events name no group"
+    assert any(tr.name == "collectives" and len(tr) == 2 for tr in build_tracks(t))
+    s = nt.summarize(t)
+    assert [(c.call, c.count) for c in s.collectives] and {c.call for c in s.collectives} == {
+        "allreduce", "allgather_into_tensor"}, s.collectives
+    assert "Collectives" in format_summary(s)
+    from neuron_eager.trace import html, perfetto
+
+    slices = [e for e in perfetto.chrome_trace(t)["traceEvents"] if e.get("cat") == "collective"]
+    assert [e["args"]["bytes"] for e in slices] == [4096, 4096], slices
+    html.render(t)
+    cuts = [int(f) for f in t.events["flags"][t.events["kind"] == 4]]  # SegmentCut reasons
+    assert 2 in cuts, f"no barrier cut: {cuts}"
+
+
 def main():
     dist.init_process_group("cpu:gloo,neuron:neuron", timeout=datetime.timedelta(seconds=60))
     torch.neuron.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.neuron.device_count())

@@ -46,7 +46,7 @@ def test_collectives_match_gloo_on_cpu():
     done = {line.split()[0] for line in ok_lines(out)}
     expected = {"all_reduce_ops", "all_reduce_ordering", "broadcast_and_reduce", "all_gather_forms",
                 "reduce_scatter_forms", "all_to_all_forms", "gather_scatter", "point_to_point", "coalesced",
-                "sub_groups"}
+                "sub_groups", "traced"}
     assert expected <= done, f"missing checks: {expected - done}\n{out[-3000:]}"
 
 

@@ -34,14 +34,14 @@ assert EVENT_DTYPE.itemsize == 56
 # Event kinds.
 OP_DISPATCH, OP_EXECUTE, SYNC, SEGMENT_CUT, KEY_HIT, KEY_MISS, MEMORY, QUEUE_DEPTH, \
     FALLBACK, COMPILE_START, COMPILE_END, SEGMENT_EXECUTE, OP_DATAFLOW, SEGMENT_LIVENESS, \
-    STREAM_FLUSH, GUARD_VERDICT, SEGMENT_STATE = range(1, 18)
+    STREAM_FLUSH, GUARD_VERDICT, SEGMENT_STATE, COLLECTIVE = range(1, 19)
 KIND_NAMES = {
     OP_DISPATCH: "OpDispatch", OP_EXECUTE: "OpExecute", SYNC: "Sync",
     SEGMENT_CUT: "SegmentCut", KEY_HIT: "KeyHit", KEY_MISS: "KeyMiss", MEMORY: "Memory",
     QUEUE_DEPTH: "QueueDepth", FALLBACK: "Fallback", COMPILE_START: "CompileStart",
     COMPILE_END: "CompileEnd", SEGMENT_EXECUTE: "SegmentExecute",
     OP_DATAFLOW: "OpDataflow", SEGMENT_LIVENESS: "SegmentLiveness", STREAM_FLUSH: "StreamFlush",
-    GUARD_VERDICT: "GuardVerdict", SEGMENT_STATE: "SegmentState",
+    GUARD_VERDICT: "GuardVerdict", SEGMENT_STATE: "SegmentState", COLLECTIVE: "Collective",
 }
 # Kinds whose `op` field is not an op id (GuardVerdict: the number of samples).
 NOT_OP_KINDS = (GUARD_VERDICT,)

@@ -18,13 +18,13 @@ from typing import Any, Dict, Iterator, List
 
 import numpy as np
 
-from .format import (COMPILE_END, FALLBACK, GUARD_VERDICT, GUARD_VERDICTS, KEY_MISS, MEMORY,
+from .format import (COLLECTIVE, COMPILE_END, FALLBACK, GUARD_VERDICT, GUARD_VERDICTS, KEY_MISS, MEMORY,
                      OP_DISPATCH, OP_EXECUTE, QUEUE_DEPTH, SEGMENT_EXECUTE, SEGMENT_STATE,
                      SYNC, Trace, transition_name)
 from .tracks import Track, build_tracks
 
 CATEGORIES = {OP_DISPATCH: "dispatch", OP_EXECUTE: "execute", SYNC: "sync",
-              SEGMENT_EXECUTE: "segment", COMPILE_END: "compile"}
+              SEGMENT_EXECUTE: "segment", COMPILE_END: "compile", COLLECTIVE: "collective"}
 
 
 def _pid(meta: Dict[str, Any]) -> int:
@@ -76,6 +76,9 @@ def _slices(trace: Trace, tracks: List[Track], text: _Text, pid: int) -> Iterato
             elif k == SYNC:
                 stack = f',"stack":{text.string(aux[i])}' if aux[i] else ""
                 args = f'{{"cause":{text.string(val[i])}{stack}}}'
+            elif k == COLLECTIVE:
+                args = (f'{{"call":{text.string(val[i])},"bytes":{aux[i]},"number":{seq[i]},'
+                        f'"group":{text.string(int(rows["reserved"][i]))},"core":{core[i]}}}')
             elif k == SEGMENT_EXECUTE:
                 args = (f'{{"key":"{val[i]:016x}","ops":{aux[i]},"core":{core[i]},'
                         f'"stream":{stream[i]}}}')

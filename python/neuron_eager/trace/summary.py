@@ -18,6 +18,7 @@ import numpy as np
 
 from .format import (COMPILE_END, COMPILE_START, CUT_REASONS, FALLBACK, KEY_HIT, KEY_MISS,
                      OP_DISPATCH, OP_EXECUTE, SEGMENT_CUT, SEGMENT_EXECUTE, SYNC, Trace)
+from .format import COLLECTIVE
 from .counters import MemoryStat, QueueStat, counters
 from .guard import (GuardSummary, choose_speedup, occurrence_rank, steady_averages,
                     summarize_guard, warmup_occurrences)
@@ -74,6 +75,17 @@ class SyncStat:
 
 
 @dataclass
+class CollectiveStat:
+    call: str                 # c10d call (allreduce, allgather_into_tensor, send, ...)
+    group: str
+    count: int
+    total_bytes: int
+    total_ns: int             # the collective stream's time in these calls
+    avg_ns: float
+    max_ns: int
+
+
+@dataclass
 class FallbackStat:
     op: str
     reason: str
@@ -123,6 +135,7 @@ class Summary:
     memory: List[MemoryStat] = field(default_factory=list)
     queues: List[QueueStat] = field(default_factory=list)
     guard: GuardSummary = field(default_factory=GuardSummary)
+    collectives: List[CollectiveStat] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -326,6 +339,19 @@ def _syncs(trace: Trace, syncs: np.ndarray) -> List[SyncStat]:
     return out
 
 
+def _collectives(trace: Trace, coll: np.ndarray) -> List[CollectiveStat]:
+    out = []
+    pairs = sorted({(int(v), int(r)) for v, r in zip(coll["value"].tolist(), coll["reserved"].tolist())})
+    for value, group in pairs:
+        sel = coll[(coll["value"] == value) & (coll["reserved"] == group)]
+        total = int(sel["duration_ns"].sum(dtype=np.uint64))
+        out.append(CollectiveStat(trace.string(value), trace.string(group), len(sel),
+                                  int(sel["aux"].sum(dtype=np.uint64)), total, _avg(total, len(sel)),
+                                  int(sel["duration_ns"].max())))
+    out.sort(key=lambda c: (-c.total_ns, c.call, c.group))
+    return out
+
+
 def _fallbacks(trace: Trace, fb: np.ndarray) -> List[FallbackStat]:
     if len(fb) == 0:
         return []
@@ -376,4 +402,4 @@ def summarize(trace: Trace) -> Summary:
         events_per_op=(len(ev) / n_ops) if n_ops else None)
     return Summary(dict(trace.metadata), totals, _top_ops(trace, disp, exe, fb, device.total_ns),
                    segments, _syncs(trace, syncs), _fallbacks(trace, fb), device, memory, queues,
-                   guard)
+                   guard, _collectives(trace, ev[kind == COLLECTIVE]))

@@ -152,6 +152,12 @@ def format_summary(s: Summary, top: int = 20) -> str:
           fmt_ns(y.max_wait_ns), (y.stack.strip().splitlines() or ["-"])[-1][:60]]
          for y in s.syncs],
         title="Syncs by cause"))
+    if s.collectives:
+        parts.append(table(
+            ["call", "group", "count", "bytes", "total", "avg", "max"],
+            [[c.call, c.group, c.count, fmt_bytes(c.total_bytes), fmt_ns(c.total_ns), fmt_ns(c.avg_ns),
+              fmt_ns(c.max_ns)] for c in s.collectives[:top]],
+            title="Collectives (time on the collective stream)", left=2))
     if s.fallbacks:
         parts.append(table(["op", "reason", "count"],
                            [[f.op, f.reason, f.count] for f in s.fallbacks[:top]],

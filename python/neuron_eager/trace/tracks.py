@@ -13,10 +13,11 @@ from typing import List
 
 import numpy as np
 
-from .format import (COMPILE_END, OP_DISPATCH, OP_EXECUTE, SEGMENT_EXECUTE, SYNC, Trace)
+from .format import (COLLECTIVE, COMPILE_END, OP_DISPATCH, OP_EXECUTE, SEGMENT_EXECUTE, SYNC, Trace)
 
-SLICE_KINDS = (OP_DISPATCH, OP_EXECUTE, SYNC, SEGMENT_EXECUTE, COMPILE_END)
+SLICE_KINDS = (OP_DISPATCH, OP_EXECUTE, SYNC, SEGMENT_EXECUTE, COMPILE_END, COLLECTIVE)
 COMPILER_TID = 100_000   # the "compiler" track (compilations run off the op threads)
+COLLECTIVES_TID = 100_001  # the "collectives" track (the collective stream's calls)
 LANE_TID_STRIDE = 1_000_000  # overflow lane n of thread t is tid t + n * stride
 
 
@@ -47,11 +48,23 @@ def slice_labels(trace: Trace, idx: np.ndarray) -> np.ndarray:
     if sync.any():
         causes = trace._lookup(trace.strings, ev["value"][sync], "string#{}", zero="?")
         labels[sync] = np.array(["sync: " + c for c in causes.tolist()], dtype=object)
+    coll = np.nonzero(kind == COLLECTIVE)[0]
+    for i in coll.tolist():
+        e = ev[i]
+        labels[i] = f"{trace.string(int(e['value']))} {_size(int(e['aux']))} [{trace.string(int(e['reserved']))}]"
     for k, prefix in ((SEGMENT_EXECUTE, "segment "), (COMPILE_END, "compile ")):
         sel = np.nonzero(kind == k)[0]
         for i, key in zip(sel.tolist(), ev["value"][sel].tolist()):
             labels[i] = f"{prefix}{key:016x}"
     return labels
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB"):
+        if n < 1024 or unit == "MB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
 
 
 def _thread_sort(name: str) -> int:
@@ -87,6 +100,7 @@ def build_tracks(trace: Trace) -> List[Track]:
         return []
     tid = ev["thread"][idx].astype(np.int64)
     tid[ev["kind"][idx] == COMPILE_END] = COMPILER_TID
+    tid[ev["kind"][idx] == COLLECTIVE] = COLLECTIVES_TID
     start = ev["time_ns"][idx].astype(np.int64)
     dur = ev["duration_ns"][idx].astype(np.int64)
     order = np.lexsort((-dur, start, tid))
@@ -99,6 +113,8 @@ def build_tracks(trace: Trace) -> List[Track]:
         lanes, depth = _nest(start[lo:hi].tolist(), dur[lo:hi].tolist())
         if t == COMPILER_TID:
             name, sort = "compiler", 3
+        elif t == COLLECTIVES_TID:
+            name, sort = "collectives", 2
         else:
             name = trace.thread_name(t)
             sort = _thread_sort(name)
