@@ -28,6 +28,7 @@ torch._register_device_module("neuron", _device)
 from . import _distributed  # noqa: E402
 
 _distributed.register()  # the "neuron" torch.distributed backend for neuron tensors
+
 if not hasattr(torch.Tensor, "is_neuron"):
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

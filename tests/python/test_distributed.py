@@ -7,6 +7,8 @@ script kept beside this file and checks what its ranks print:
 - dist_ddp.py: DDP (init_process_group() with no backend), 20 AdamW steps with and
   without no_sync, losses and weights bit-equal to DDP on CPU tensors with Gloo, in eager
   and in adaptive mode;
+- dist_fsdp.py: FSDP2 (fully_shard per layer and whole, on a DeviceMesh) 20 AdamW steps,
+  losses and gathered weights bit-equal to FSDP2 on CPU/Gloo; a sharded DTensor matmul;
 - dist_errors.py: bad input gets one clear error, a dead peer an error naming the
   collective at the next sync, mismatched shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL) torch's
   mismatch error on both ranks; nothing hangs (each run has a deadline).
@@ -60,6 +62,11 @@ def test_ddp_matches_gloo_on_cpu(tmp_path, mode):
     assert report["no_sync"]["steps"] == 15  # every 4th step accumulates under no_sync
     losses = report["plain"]["losses"]
     assert len(set(losses)) > 1 and all(l == l for l in losses)  # the model trains, no NaN
+
+
+def test_fsdp2_and_dtensor_match_gloo_on_cpu():
+    done = ok_lines(torchrun("dist_fsdp.py"))
+    assert done == ["fsdp2", "dtensor"], done
 
 
 def test_bad_input_errors_and_dead_peer():
