@@ -9,6 +9,7 @@
 #include "backend/segment_work.h"
 #include "engine/adaptive_guard.h"
 #include "engine/adaptive_registry.h"
+#include "engine/compiled_region.h"
 #include "engine/native_config.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
@@ -185,7 +186,9 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   state.trial_span.reset();
 
   // Hot keys without a program get one now (tier 1 is planned in microseconds).
-  if (!ready && fusion_allowed() && count >= active_hot_threshold() &&
+  // A compiled region's segments recur by construction: they compile at first sight.
+  const uint64_t hot = in_compiled_region() ? 1 : active_hot_threshold();
+  if (!ready && fusion_allowed() && count >= hot &&
       state.plan.size() == segment.length) {
     const fusion::Policy policy = active_policy();
     bool known;

@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 
 #include "engine/adaptive_guard.h"
+#include "engine/compiled_region.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
 #include "fusion/native.h"
@@ -24,7 +25,8 @@ trace::Counter g_programs{"programs"}, g_segments_fused{"segments_fused"},
 std::atomic<int> g_open_windows{0};
 
 bool fusion_allowed() {
-  return mode() == Mode::kAdaptive && !at::globalContext().deterministicAlgorithms();
+  return (mode() == Mode::kAdaptive || any_compiled_region()) &&
+         !at::globalContext().deterministicAlgorithms();
 }
 
 void fallback_event(const char* reason, uint8_t core) {

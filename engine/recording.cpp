@@ -10,6 +10,7 @@
 #include "backend/op_work.h"
 #include "backend/runtime.h"
 #include "engine/adaptive_registry.h"
+#include "engine/compiled_region.h"
 #include "engine/engine.h"
 #include "engine/stream_state.h"
 #include "engine/trace_events.h"
@@ -110,7 +111,9 @@ void flush_all_windows() {
   for (int core = 0; core < device_count(); ++core) flush_windows(static_cast<c10::DeviceIndex>(core));
 }
 
-bool observing() { return trace::recording() || mode() == Mode::kAdaptive; }
+bool observing() {
+  return trace::recording() || mode() == Mode::kAdaptive || any_compiled_region();
+}
 
 uint64_t next_seq() { return g_seq.fetch_add(1, std::memory_order_relaxed) + 1; }
 
@@ -129,7 +132,7 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
   for (const auto& t : fresh_outputs)
     op.outputs.push_back(t.defined() ? reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl()) : 0);
   StreamState& ss = stream_state(core, stream);
-  const bool adaptive = mode() == Mode::kAdaptive;
+  const bool adaptive = mode() == Mode::kAdaptive || any_compiled_region();
   const bool recording = trace::recording();
   thread_local std::vector<uint32_t> links;
   {

@@ -172,7 +172,8 @@ ReplayTrace prepare_replay(const Event* ev, size_t n) {
     for (uint32_t k = 0; k < s.length; ++k) t.recorded[list[position[first] + k]] = id;
     const uint32_t last = s.last = list[position[first] + s.length - 1];
     if (s.reason == static_cast<uint8_t>(trace::CutReason::kSync) ||
-        s.reason == static_cast<uint8_t>(trace::CutReason::kBarrier))
+        s.reason == static_cast<uint8_t>(trace::CutReason::kBarrier) ||
+        s.reason == static_cast<uint8_t>(trace::CutReason::kRegion))
       if (t.forced_after[last] == 0) t.forced_after[last] = s.reason;
     segment_of_first_seq[e->seq] = id;
     t.segments.push_back(s);

@@ -10,6 +10,7 @@
 #include "backend/segment_work.h"
 #include "distributed/process_group.h"
 #include "engine/adaptive_guard.h"
+#include "engine/compiled_region.h"
 #include "engine/engine.h"
 #include "engine/fast_meta.h"
 #include "engine/native_config.h"
@@ -106,6 +107,9 @@ PYBIND11_MODULE(_C, m) {
     engine::flush_all_windows();
     engine::set_mode(mode);
   });
+  // torch.compile(backend="neuron") brackets each run of a captured graph with these.
+  m.def("enter_compiled_region", [] { engine::enter_compiled_region(); });
+  m.def("exit_compiled_region", [] { engine::exit_compiled_region(); });
   m.def("launch_blocking", [] { return engine::launch_blocking(); });
   m.def("set_launch_blocking", [](bool on) { engine::set_launch_blocking(on); });
   m.def("device_count", [] { return engine::device_count(); });

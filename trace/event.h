@@ -42,6 +42,7 @@ enum class CutReason : uint16_t {
   kContent = 3,     // content-defined cut point (after a matmul-class op or rolling-hash mask)
   kMaxLength = 4,
   kFlush = 5,       // end of recording
+  kRegion = 6,      // entry or exit of a compiled region (torch.compile's graph)
 };
 
 #pragma pack(push, 1)

@@ -58,7 +58,8 @@ def dataflow_links(event) -> List[int]:
     """The six link codes of one OpDataflow event (LINK_END pads the last one)."""
     return [(int(event[f]) >> (21 * i)) & 0x1FFFFF for f in ("value", "aux") for i in range(3)]
 # SegmentCut flags.
-CUT_REASONS = {1: "sync", 2: "barrier", 3: "content", 4: "max length", 5: "flush"}
+CUT_REASONS = {1: "sync", 2: "barrier", 3: "content", 4: "max length", 5: "flush",
+               6: "compiled region"}
 # GuardVerdict flags: the online guard's verdict for a key.
 GUARD_VERDICTS = {1: "kept", 2: "demoted", 3: "undecided"}
 VERDICT_KEPT, VERDICT_DEMOTED, VERDICT_UNDECIDED = 1, 2, 3

@@ -1,0 +1,123 @@
+"""torch.compile(backend="neuron"): each run of a captured graph is a compiled region whose
+segments fuse from their first sighting, in eager mode too, with CPU eager's results."""
+
+import pytest
+import torch
+
+import neuron_eager
+
+
+def block(x, w1, w2):
+    h = torch.nn.functional.layer_norm(x, (x.shape[-1],), w1, w2)
+    r = torch.nn.functional.gelu(h) * 1.5 + x
+    y = r * torch.sigmoid(r) - 0.25 * x
+    return torch.tanh(y) + y * y
+
+
+def operands():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(64, 256, generator=g), torch.randn(256, generator=g),
+            torch.randn(256, generator=g))
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    neuron_eager.set_mode("eager")
+    neuron_eager.reset_fusion_state()  # every test's graphs start cold
+    yield
+    torch._dynamo.reset()
+    neuron_eager.set_mode("eager")
+
+
+def count(name):
+    torch.neuron.synchronize()
+    return neuron_eager.counters()[name]
+
+
+@pytest.mark.parametrize("mode", ["eager", "adaptive"])
+def test_graph_fuses_from_its_first_run(mode):
+    neuron_eager.set_mode(mode)
+    args = operands()
+    expected = block(*args)
+    dev = [a.to("neuron") for a in args]
+    compiled = torch.compile(block, backend="neuron")
+    runs0, programs0, fused0 = (count("compiled_region_runs"), count("programs"),
+                                count("segments_fused"))
+    first = compiled(*dev)
+    assert torch.equal(first.cpu(), expected)
+    assert count("compiled_region_runs") == runs0 + 1
+    # The graph's segments got a program at their first sighting (no hot_threshold wait).
+    assert count("programs") > programs0
+    for _ in range(4):
+        got = compiled(*dev)
+        assert torch.equal(got.cpu(), expected)
+    assert count("compiled_region_runs") == runs0 + 5
+    assert count("segments_fused") > fused0
+
+
+def test_ops_outside_the_graph_stay_per_op_in_eager_mode():
+    args = [a.to("neuron") for a in operands()]
+    compiled = torch.compile(block, backend="neuron")
+    for _ in range(3):
+        compiled(*args)
+    fused = count("segments_fused")
+    for _ in range(6):
+        block(*args)  # the same ops, not compiled: eager mode runs them per op
+    assert count("segments_fused") == fused
+
+
+def test_graph_breaks_and_training_match_cpu():
+    """A graph break (a host read) splits the function into two regions; a compiled
+    module trains (backward outside the region, per op) with CPU's losses."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                                torch.nn.Linear(64, 1))
+    data = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    target = torch.randn(16, 1, generator=torch.Generator().manual_seed(2))
+
+    def train(device, compiled):
+        torch._dynamo.reset()
+        m = __import__("copy").deepcopy(model).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x, y):
+            out = m(x)
+            loss = torch.nn.functional.mse_loss(out, y)
+            if loss.item() > 1e9:  # a host read: Dynamo breaks the graph here
+                loss = loss * 0
+            return loss
+
+        f = torch.compile(step, backend="neuron") if compiled else step
+        losses = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = f(data.to(device), target.to(device))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in m.parameters()]
+
+    cpu_losses, cpu_params = train("cpu", False)
+    runs0 = count("compiled_region_runs")
+    losses, params = train("neuron", True)
+    assert losses == cpu_losses
+    for a, b in zip(params, cpu_params):
+        assert torch.equal(a, b)
+    assert count("compiled_region_runs") >= runs0 + 5
+
+
+def test_region_cuts_show_in_traces(tmp_path):
+    from neuron_eager import trace
+
+    args = [a.to("neuron") for a in operands()]
+    compiled = torch.compile(block, backend="neuron")
+    compiled(*args)
+    path = str(tmp_path / "t.ntrace")
+    with trace.record(path):
+        for _ in range(3):
+            compiled(*args)
+        torch.neuron.synchronize()
+    summary = trace.summarize(trace.load(path))
+    reasons = {r for g in summary.segments for r in g.cut_reasons}
+    assert "compiled region" in reasons, reasons
