@@ -92,7 +92,7 @@ bool NeuronWork::wait(std::chrono::milliseconds /*timeout: the transport's own a
   const c10::DeviceIndex core = issued_.core;
   engine::flush_windows(core);
   backend::Stream& stream = engine::current_stream(core);
-  issued_.end->block(stream);
+  if (!issued_.end->query()) issued_.end->block(stream);
   if (!issued_.peers.empty())
     stream.enqueue(std::make_unique<PeerWaitItem>(issued_.peers, issued_.description + " (transfer)"));
   if (issued_.blocks_host || engine::launch_blocking())

@@ -85,9 +85,13 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::issue(const Call& call, c10d::OpTy
   engine::flush_windows(core, trace::CutReason::kBarrier);
   backend::Stream& current = engine::current_stream(core);
   backend::Stream& comm = backend::stream(core, backend::kCollectiveStream);
-  auto start = std::make_shared<backend::Event>(core);
-  start->record(current);
-  start->block(comm);
+  // The collective reads what the current stream's queued work writes: the collective
+  // stream waits for it (nothing to wait for when that stream is idle).
+  if (!current.idle()) {
+    auto start = std::make_shared<backend::Event>(core);
+    start->record(current);
+    start->block(comm);
+  }
   CollectiveTrace trace{call.op(), call.bytes(), group_name(), sequence_, static_cast<uint8_t>(core)};
   comm.enqueue(std::make_unique<CollectiveItem>(transport_, std::move(launch), issued.description,
                                                 transfer, std::move(trace)));
