@@ -84,6 +84,26 @@ def all_reduce_ordering():
 
 
 @check
+def host_does_not_block():
+    """A collective returns before the peer has even issued it (async_op and blocking
+    calls alike): rank 1 issues only once rank 0 saw both of its calls return incomplete."""
+    store = dist.distributed_c10d._get_default_store()
+    rank = dist.get_rank()
+    a, b = torch.ones(64, device=DEV), torch.ones(64, device=DEV)
+    if rank == 0:
+        work = dist.all_reduce(a, async_op=True)
+        dist.all_reduce(b)  # blocking call: orders the stream, not the host
+        pending = not work.is_completed() and torch.neuron.current_stream().query() is False
+        store.set("host_does_not_block", "1")
+        assert pending, "a collective completed before its peer issued it"
+    else:
+        store.wait(["host_does_not_block"])
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    assert a.cpu().tolist() == [2.0] * 64 and b.cpu().tolist() == [2.0] * 64
+
+
+@check
 def broadcast_and_reduce():
     for src in range(dist.get_world_size()):
         x = rank_data((5, 9), salt=src)

@@ -77,6 +77,11 @@ def main():
     objs = [None] * dist.get_world_size()
     dist.all_gather_object(objs, {"rank": rank})
     assert [o["rank"] for o in objs] == list(range(dist.get_world_size()))
+    import neuron_eager
+
+    c = neuron_eager.counters()
+    report["counters"] = {k: c[k] for k in ("ops_dispatched", "ops_in_fused_segments", "segments_fused",
+                                            "programs", "guard_trials", "divergences")}
     if rank == 0 and len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(report, f)
