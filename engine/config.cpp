@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "trace/log.h"
 
@@ -25,6 +26,31 @@ bool parse_int(const std::string& text, long long& out) {
   errno = 0;
   out = std::strtoll(text.c_str(), &end, 10);
   return errno == 0 && end != nullptr && *end == '\0' && std::isdigit(text[0]);
+}
+
+// "0-1,3": the number of distinct cores listed, each below machine_cores.
+bool parse_visible_cores(const std::string& text, int machine_cores, int& count) {
+  std::vector<bool> seen(static_cast<size_t>(machine_cores), false);
+  count = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    long long first = 0, last = 0;
+    if (!parse_int(item.substr(0, dash), first)) return false;
+    if (dash == std::string::npos) last = first;
+    else if (!parse_int(item.substr(dash + 1), last)) return false;
+    if (first > last || last >= machine_cores) return false;
+    for (long long k = first; k <= last; ++k) {
+      if (seen[static_cast<size_t>(k)]) return false;
+      seen[static_cast<size_t>(k)] = true;
+      ++count;
+    }
+    pos = comma + 1;
+  }
+  return count > 0;
 }
 
 }  // namespace
@@ -83,6 +109,18 @@ std::optional<Config> config_from_env(std::string& error) {
       return std::nullopt;
     }
     c.cores = static_cast<int>(n);
+  }
+  // TorchNeuron's visibility variable (accelerate sets it per rank): the process sees only
+  // the listed cores of the NEURON_CORES the machine has, as neuron:0, neuron:1, ...
+  if (auto v = env("NEURON_RT_VISIBLE_CORES")) {
+    int visible = 0;
+    if (!parse_visible_cores(*v, c.cores, visible)) {
+      error = bad("NEURON_RT_VISIBLE_CORES", *v,
+                  "core indices below NEURON_CORES (" + std::to_string(c.cores) +
+                      "), each once, as a comma-separated list of indices or first-last ranges, e.g. 0-1 or 2,3");
+      return std::nullopt;
+    }
+    c.cores = visible;
   }
   if (auto v = env("NEURON_HBM_BYTES")) {
     size_t n = 0;

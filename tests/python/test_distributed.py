@@ -85,3 +85,24 @@ def test_bad_input_errors_and_dead_peer():
 def test_mismatched_shapes_fail_on_both_ranks():
     out = torchrun("dist_errors.py", "mismatch", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     assert [line.split(":")[0] for line in ok_lines(out)].count("shapes differ across ranks") == 2, out[-3000:]
+
+
+def _run_py(code, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_") or k == "NEURON_CACHE_DIR"}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("visible,cores,count", [("1", "2", 1), ("0-2", "4", 3), ("3,0", "4", 2)])
+def test_visible_cores(visible, cores, count):
+    r = _run_py("import torch; print('N', torch.neuron.device_count(), (torch.ones(2, device=f'neuron:{torch.neuron.device_count() - 1}') * 2).sum().item())",
+                NEURON_RT_VISIBLE_CORES=visible, NEURON_CORES=cores)
+    assert r.returncode == 0, r.stderr
+    assert f"N {count} 4.0" in r.stdout
+
+
+@pytest.mark.parametrize("visible", ["2", "0,0", "1-0", "a", "", "0,"])
+def test_visible_cores_bad_values(visible):
+    r = _run_py("import torch", NEURON_RT_VISIBLE_CORES=visible, NEURON_CORES="2")
+    assert r.returncode != 0
+    assert "NEURON_RT_VISIBLE_CORES" in r.stderr and "below NEURON_CORES (2)" in r.stderr, r.stderr[-2000:]
