@@ -106,3 +106,21 @@ def test_visible_cores_bad_values(visible):
     r = _run_py("import torch", NEURON_RT_VISIBLE_CORES=visible, NEURON_CORES="2")
     assert r.returncode != 0
     assert "NEURON_RT_VISIBLE_CORES" in r.stderr and "below NEURON_CORES (2)" in r.stderr, r.stderr[-2000:]
+
+
+def test_benches_run_tiny(tmp_path):
+    """bench/python/collectives.py and ddp_overlap.py run end to end (figures, no timing asserted)."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "python")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, os.path.join(bench, "collectives.py"), "--sizes", "4K,64K", "--rounds", "1",
+                        "--out", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=DEADLINE_S, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert [(x["op"], x["bytes"]) for x in data["results"]] == [
+        ("all_reduce", 4096), ("all_reduce", 65536), ("all_gather", 4096), ("all_gather", 65536)]
+    assert all(x["ratio"] > 0 for x in data["results"]) and "neuron/gloo" in r.stdout
+    r = subprocess.run([sys.executable, os.path.join(bench, "ddp_overlap.py"), "--depth", "2", "--width", "64",
+                        "--steps", "2", "--rounds", "1", "--bucket-mb", "0.01"],
+                       capture_output=True, text=True, timeout=DEADLINE_S, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "hidden behind device work" in r.stdout and "all-reduces in 2 traced steps" in r.stdout, r.stdout
