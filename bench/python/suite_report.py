@@ -7,10 +7,11 @@ import json
 import os
 
 LABELS = {"cpu": "CPU eager", "eager": "neuron eager", "adaptive": "neuron adaptive",
-          "compile": "torch.compile"}
+          "compile": "torch.compile", "compile_neuron": "compile(neuron)"}
 # Tolerances against CPU eager after a few steps: the neuron configs run the same ATen
 # kernels (fused segments keep to the numerics contract); Inductor reorders arithmetic.
-TOLERANCE = {"eager": (1e-4, 1e-5), "adaptive": (1e-4, 1e-5), "compile": (1e-3, 1e-4)}
+TOLERANCE = {"eager": (1e-4, 1e-5), "adaptive": (1e-4, 1e-5), "compile": (1e-3, 1e-4),
+             "compile_neuron": (1e-4, 1e-5)}
 
 
 def compare(ref, got, exact, rtol, atol):
@@ -76,7 +77,10 @@ def build(out, workloads, names, configs, meta, side):
                "checks": check_results(out, wl, configs),
                "speedup_vs_cpu": {c: ratio(ms.get("cpu"), m) for c, m in ms.items()},
                "adaptive_vs_eager": ratio(ms.get("eager"), ms.get("adaptive")),
-               "adaptive_vs_compile": ratio(ms.get("compile"), ms.get("adaptive"))}
+               "adaptive_vs_compile": ratio(ms.get("compile"), ms.get("adaptive")),
+               # torch.compile(backend="neuron") against adaptive's steady state and Inductor
+               "compile_neuron_vs_adaptive": ratio(ms.get("adaptive"), ms.get("compile_neuron")),
+               "compile_neuron_vs_compile": ratio(ms.get("compile"), ms.get("compile_neuron"))}
         comp = figs.get("compile", {})
         if comp.get("ok"):
             row["compile_time_s"] = (comp["first_call_ms"] - comp["median_ms"]) / 1e3
@@ -156,13 +160,15 @@ def markdown(report):
         lines += [f"**Noisy run:** other work kept up to {meta['max_other_cores_busy']:.1f} "
                   "cores busy during some jobs (see results.json meta.noise).", ""]
     head = ["workload"] + [LABELS[c] for c in configs] + [
-        "adaptive/CPU", "adaptive/eager", "adaptive/compile", "compile time s", "fused", "check"]
+        "adaptive/CPU", "adaptive/eager", "adaptive/compile", "compile(neuron)/adaptive",
+        "compile(neuron)/compile", "compile time s", "fused", "check"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, row in rows.items():
         a = row["configs"].get("adaptive", {})
         cells = [f"{name}: {row['title']}"] + [_ms(row["configs"].get(c)) for c in configs] + [
             _x(row["speedup_vs_cpu"].get("adaptive")), _x(row["adaptive_vs_eager"]),
-            _x(row["adaptive_vs_compile"]),
+            _x(row["adaptive_vs_compile"]), _x(row.get("compile_neuron_vs_adaptive")),
+            _x(row.get("compile_neuron_vs_compile")),
             f"{row['compile_time_s']:.1f}" if "compile_time_s" in row else "-",
             f"{a['fused_share']:.0%}" if a.get("fused_share") is not None else "-", _check(row)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -22,16 +22,21 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite_workloads import all_workloads  # noqa: E402
 
-CONFIGS = ("cpu", "eager", "adaptive", "compile")
+CONFIGS = ("cpu", "eager", "adaptive", "compile", "compile_neuron")
 CHECK_STEPS = 2  # steps run before results are compared with CPU eager
 
 
 def config_setup(config, compile_backend):
-    """(device, torch.compile backend or None, sync) for a config name."""
+    """(device, torch.compile backend or None, sync) for a config name. compile_neuron:
+    torch.compile(backend="neuron") on neuron in eager mode (its graphs fuse as compiled
+    regions; ops outside them run per op)."""
     if config in ("cpu", "compile"):
         return "cpu", compile_backend if config == "compile" else None, lambda: None
     import neuron_eager
 
+    if config == "compile_neuron":
+        neuron_eager.set_mode("eager")
+        return "neuron", "neuron", torch.neuron.synchronize
     neuron_eager.set_mode(config)
     return "neuron", None, torch.neuron.synchronize
 
@@ -117,7 +122,7 @@ def run_one(wl, config, args):
     if compiled:
         torch._dynamo.reset()
     counters = None
-    if config == "adaptive":
+    if config in ("adaptive", "compile_neuron"):
         import neuron_eager
         neuron_eager.reset_counters()
     run = wl.make(device, compiled)
@@ -134,7 +139,7 @@ def run_one(wl, config, args):
         fig["first_call_ms"] = step_times[0] * 1e3
         fig["second_call_ms"] = step_times[1] * 1e3
     fig["wall_s"] = time.perf_counter() - t0
-    if config == "adaptive":
+    if config in ("adaptive", "compile_neuron"):
         import neuron_eager
         counters = neuron_eager.counters()
         fused, per_op = counters["ops_in_fused_segments"], counters["ops_per_op"]
@@ -168,8 +173,8 @@ def main():
     workloads = {w.name: w for w in all_workloads(args.tiny)}
     for name in wanted:
         result = {"workload": name, "config": args.config, "threads": torch.get_num_threads()}
-        if args.config == "compile":
-            result["compile_backend"] = args.compile_backend
+        if args.config in ("compile", "compile_neuron"):
+            result["compile_backend"] = "neuron" if args.config == "compile_neuron" else args.compile_backend
         try:
             result.update(run_one(workloads[name], args.config, args))
             result["ok"] = True
