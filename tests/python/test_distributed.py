@@ -10,6 +10,8 @@ script kept beside this file and checks what its ranks print:
   and in adaptive mode (where fused programs must run between the collectives);
 - dist_fsdp.py: FSDP2 (fully_shard per layer and whole, on a DeviceMesh) 20 AdamW steps,
   losses and gathered weights bit-equal to FSDP2 on CPU/Gloo; a sharded DTensor matmul;
+  tensor parallelism (parallelize_module, column/row-wise); its distributed checkpoint
+  loaded in one process (another world size);
 - dist_errors.py: bad input gets one clear error, a dead peer an error naming the
   collective at the next sync, mismatched shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL) torch's
   mismatch error on both ranks; nothing hangs (each run has a deadline).
@@ -67,9 +69,23 @@ def test_ddp_matches_gloo_on_cpu(tmp_path, mode):
         assert report["counters"]["programs"] > 0 and report["counters"]["ops_in_fused_segments"] > 0, report
 
 
-def test_fsdp2_and_dtensor_match_gloo_on_cpu():
-    done = ok_lines(torchrun("dist_fsdp.py"))
-    assert done == ["fsdp2", "dtensor"], done
+def test_fsdp2_dtensor_tp_and_checkpoint(tmp_path):
+    done = ok_lines(torchrun("dist_fsdp.py", str(tmp_path)))
+    assert done == ["fsdp2", "dtensor", "tensor_parallel"], done
+    # The 2-rank sharded checkpoint loads in one process (another world size) on neuron.
+    r = subprocess.run([sys.executable, "-c", f"""
+import torch, torch.nn as nn, torch.distributed.checkpoint as dcp
+model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).to("neuron")
+state = model.state_dict()
+dcp.load(state, checkpoint_id={str(tmp_path)!r}, no_dist=True)
+ref = torch.load({str(tmp_path / "full_weights.pt")!r})
+assert sorted(ref) == sorted(state), (sorted(ref), sorted(state))
+for k in ref:
+    assert state[k].device.type == "neuron" and torch.equal(state[k].cpu(), ref[k]), k
+print("LOADED", len(ref))
+"""], capture_output=True, text=True, timeout=DEADLINE_S)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "LOADED 6" in r.stdout
 
 
 def test_bad_input_errors_and_dead_peer():
