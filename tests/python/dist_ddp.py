@@ -3,8 +3,9 @@
 Run under torchrun with 2 processes (tests/python/test_distributed.py).
 `init_process_group()` gets no backend: the accelerator (`neuron`) picks the "neuron"
 backend. The CPU oracle runs in the same processes on a Gloo group of its own. Both train
-the same MLP for 20 AdamW steps on the same per-rank batches; losses of every step and the
-final weights must be bit-equal. Rank 0 writes a summary to argv[1] (JSON).
+the same MLP for 20 AdamW steps on the same per-rank batches (plainly, and with no_sync
+every 4th step), then a small Llama (transformers) the same way; losses of every step and
+the final weights must be bit-equal. Rank 0 writes a summary to argv[1] (JSON).
 """
 
 import copy
@@ -51,6 +52,41 @@ def train(model, device, group, data, no_sync_every=0):
     return [float(l) for l in losses], {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()}
 
 
+def train_llama(cpu_group, rank):
+    """A small random-config Llama (transformers) under DDP, 20 AdamW steps, on CPU/Gloo and
+    on neuron: losses and weights bit-equal. None when transformers is missing."""
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        return None
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(config)
+    g = torch.Generator().manual_seed(200 + rank)
+    batches = [torch.randint(3, config.vocab_size, (2, 16), generator=g) for _ in range(STEPS)]
+    results = {}
+    for device, group in (("cpu", cpu_group), ("neuron", None)):
+        ddp = DDP(copy.deepcopy(base).to(device), process_group=group, bucket_cap_mb=0.05)
+        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, foreach=False)
+        losses = []
+        for ids in batches:
+            ids = ids.to(device)
+            loss = ddp(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        results[device] = ([float(l) for l in losses],
+                           {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()})
+    (cl, cw), (dl, dw) = results["cpu"], results["neuron"]
+    assert cl == dl, f"llama: losses differ on rank {rank}:\n{cl}\n{dl}"
+    for k in cw:
+        assert torch.equal(cw[k], dw[k]), f"llama: weight {k} differs on rank {rank}"
+    return dl
+
+
 def main():
     dist.init_process_group(timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
@@ -74,6 +110,9 @@ def main():
         dist.broadcast(ref, src=0)
         assert torch.equal(flat.cpu(), ref.cpu()), f"{name}: replicas differ on rank {rank}"
         report[name] = {"losses": dev_losses, "steps": len(dev_losses)}
+    llama_losses = train_llama(cpu_group, rank)
+    if llama_losses is not None:
+        report["llama"] = {"losses": llama_losses, "steps": len(llama_losses)}
     objs = [None] * dist.get_world_size()
     dist.all_gather_object(objs, {"rank": rank})
     assert [o["rank"] for o in objs] == list(range(dist.get_world_size()))

@@ -5,8 +5,8 @@ script kept beside this file and checks what its ranks print:
 - dist_collectives.py: every collective on neuron tensors bit-equal to the same
   collective on CPU tensors with Gloo (one "cpu:gloo,neuron:neuron" group), the host not
   blocked by a collective its peer has not issued, collectives in traces;
-- dist_ddp.py: DDP (init_process_group() with no backend), 20 AdamW steps with and
-  without no_sync, losses and weights bit-equal to DDP on CPU tensors with Gloo, in eager
+- dist_ddp.py: DDP (init_process_group() with no backend) of an MLP and of a small Llama,
+  20 AdamW steps, with and without no_sync (MLP), losses and weights bit-equal to DDP on CPU tensors with Gloo, in eager
   and in adaptive mode (where fused programs must run between the collectives);
 - dist_fsdp.py: FSDP2 (fully_shard per layer and whole, on a DeviceMesh) 20 AdamW steps,
   losses and gathered weights bit-equal to FSDP2 on CPU/Gloo; a sharded DTensor matmul;
@@ -65,6 +65,11 @@ def test_ddp_matches_gloo_on_cpu(tmp_path, mode):
     assert report["no_sync"]["steps"] == 15  # every 4th step accumulates under no_sync
     losses = report["plain"]["losses"]
     assert len(set(losses)) > 1 and all(l == l for l in losses)  # the model trains, no NaN
+    try:
+        import transformers  # noqa: F401
+        assert report["llama"]["steps"] == 20  # the small Llama under DDP, bit-equal to CPU/Gloo
+    except ImportError:
+        pass
     if mode == "adaptive":  # fusion engaged between the collectives (measured: ~1000 of ~3800 ops)
         assert report["counters"]["programs"] > 0 and report["counters"]["ops_in_fused_segments"] > 0, report
 
