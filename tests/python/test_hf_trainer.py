@@ -135,3 +135,21 @@ def test_bf16_autocasts_on_neuron(tmp_path):
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2
     assert losses == bf16_losses(tmp_path / "cpu", use_cpu=True)
+
+
+def test_finetune_example_trains_on_neuron(tmp_path):
+    """examples/finetune_trainer.py, the README's example, runs as a user would run it."""
+    import importlib.util as util
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = util.spec_from_file_location("finetune_trainer", os.path.join(root, "examples", "finetune_trainer.py"))
+    example = util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    trainer = example.main(["--steps", "6", "--out", str(tmp_path)])
+    assert {p.device.type for p in trainer.model.parameters()} == {"neuron"}
+    losses = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
+    assert len(losses) >= 2 and losses[-1] < losses[0]
+    saved = LlamaForCausalLM.from_pretrained(tmp_path)  # the saved model loads on CPU
+    for k, v in saved.state_dict().items():
+        assert torch.equal(v, trainer.model.state_dict()[k].cpu()), k
