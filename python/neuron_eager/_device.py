@@ -60,6 +60,22 @@ def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
 
 
+class _DeviceProperties:
+    """What torch.cuda.get_device_properties gives that applies to a NeuronCore simulator."""
+
+    def __init__(self, index: int):
+        self.name = get_device_name(index)
+        self.total_memory = _C.memory_stats(index)["hbm_capacity_bytes"]
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"_NeuronDeviceProperties(name={self.name!r}, total_memory={self.total_memory // 2**20}MB)"
+
+
+def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
+    return _DeviceProperties(_index(device))
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """bfloat16 runs natively (ATen's CPU kernels take it); transformers asks this for bf16=True."""
     return is_available()
