@@ -21,7 +21,7 @@ if ! $PY -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '2.13
   $PY -m pip install -q torch==2.13.0
 fi
 $PY -m pip install -q "torch==2.13.0" meson-python "meson>=1.1" ninja pytest expecttest \
-  hypothesis transformers accelerate "diffusers==0.42.*" numpy matplotlib
+  hypothesis transformers accelerate "diffusers==0.42.*" peft trl datasets numpy matplotlib
 
 echo "[setup] building neuron-eager (meson-python, no build isolation)"
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -m pip install -q --no-build-isolation --no-deps \
