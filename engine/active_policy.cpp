@@ -20,6 +20,7 @@ fusion::Policy g_policy;  // guarded by g_policy_mutex
 std::atomic<bool> g_lift_scalars{true};
 std::atomic<bool> g_policy_lists_ops{false};
 std::atomic<uint64_t> g_hot_threshold{fusion::Policy{}.hot_threshold};
+std::atomic<uint32_t> g_region_max_programs{fusion::Policy{}.region_max_programs};
 std::atomic<int64_t> g_queue_max_ops{fusion::Policy{}.queue_max_ops};
 
 trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
@@ -39,6 +40,9 @@ trace::SegmentPolicy current_segment_policy() {
 bool active_policy_lifts() { return g_lift_scalars.load(std::memory_order_relaxed); }
 bool active_policy_lists_ops() { return g_policy_lists_ops.load(std::memory_order_relaxed); }
 uint64_t active_hot_threshold() { return g_hot_threshold.load(std::memory_order_relaxed); }
+uint32_t active_region_max_programs() {
+  return g_region_max_programs.load(std::memory_order_relaxed);
+}
 int64_t active_queue_max_ops() { return g_queue_max_ops.load(std::memory_order_relaxed); }
 
 fusion::Policy active_policy() {
@@ -54,6 +58,7 @@ void set_active_policy(const fusion::Policy& policy) {
   g_lift_scalars = policy.lift_scalars;
   g_policy_lists_ops = !policy.fusible_ops.empty();
   g_hot_threshold = policy.hot_threshold;
+  g_region_max_programs = policy.region_max_programs;
   g_queue_max_ops = policy.queue_max_ops;
   backend::set_thread_policy(policy);
   trace_cache().set_hot_threshold(policy.hot_threshold);

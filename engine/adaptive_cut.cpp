@@ -186,8 +186,11 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   state.trial_span.reset();
 
   // Hot keys without a program get one now (tier 1 is planned in microseconds).
-  // A compiled region's segments recur by construction: they compile at first sight.
-  const uint64_t hot = in_compiled_region() ? 1 : active_hot_threshold();
+  // A compiled region's segments recur by construction: they compile at first sight, up
+  // to the policy's bound per graph (a graph with dynamic shapes sees a key per shape).
+  const bool first_sight = count < active_hot_threshold() &&
+                           first_sight_compiles(active_region_max_programs());
+  const uint64_t hot = first_sight ? 1 : active_hot_threshold();
   if (!ready && fusion_allowed() && count >= hot &&
       state.plan.size() == segment.length) {
     const fusion::Policy policy = active_policy();
@@ -230,6 +233,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
           rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
           count_guard_trial(false);
         }
+        if (first_sight) note_first_sight_program(policy.region_max_programs);
         r.ready[segment.key] = rp;
         r.by_first_signature[rp->signatures.front()].push_back(rp);
         ++g_programs;

@@ -70,6 +70,7 @@ void reset_fusion_state() {
     r.rejected.clear();
   }
   trace_cache().clear();
+  forget_first_sight_programs();
 }
 
 }  // namespace neuron::engine

@@ -8,14 +8,20 @@
 
 namespace neuron::engine {
 
-// Entered and left by the calling thread around one run of a compiled graph; both cut
-// the open segments of the current core. Regions nest.
-void enter_compiled_region();
+// Entered and left by the calling thread around one run of a compiled graph (graph: its
+// id, one per graph the backend compiled); both cut the open segments of the current
+// core. Regions nest (the outermost graph counts).
+void enter_compiled_region(uint64_t graph);
 void exit_compiled_region();
 // Some thread is inside a compiled region: ops are observed and segments may fuse.
 bool any_compiled_region();
-// The calling thread is inside a compiled region: its segments compile at first sight.
-bool in_compiled_region();
+// The calling thread is inside a compiled region whose graph has had fewer than
+// max_programs keys compiled at first sight: its segments compile at first sight.
+bool first_sight_compiles(uint32_t max_programs);
+// A program was made for a key at first sight inside the calling thread's region.
+void note_first_sight_program(uint32_t max_programs);
+// Forgets the per-graph counts (reset_fusion_state: every program is forgotten too).
+void forget_first_sight_programs();
 // Runs of compiled graphs so far (the counter compiled_region_runs).
 uint64_t compiled_region_runs();
 

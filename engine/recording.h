@@ -63,6 +63,7 @@ fusion::Policy active_policy();
 bool active_policy_lifts();        // the policy lifts scalars out of op signatures
 bool active_policy_lists_ops();    // the policy names its own fusible_ops
 uint64_t active_hot_threshold();
+uint32_t active_region_max_programs();
 // The policy's queue_max_ops: the backpressure bound on items queued per stream.
 int64_t active_queue_max_ops();
 void set_active_policy(const fusion::Policy& policy);

@@ -105,6 +105,8 @@ const std::vector<Knob>& knobs() {
        [](const Policy& p) { return "\"" + p.name + "\""; }},
       uint_knob("hot_threshold", "integer 1..1000000", 1, 1000000, &Policy::hot_threshold,
                 "occurrences before a segment may compile"),
+      uint_knob("region_max_programs", "integer 0..1000000", 0, 1000000, &Policy::region_max_programs,
+                "segment keys of one torch.compile graph compiled at first sight; later keys (new shapes) wait for hot_threshold"),
       uint_knob("max_segment_length", "integer 1..4096", 1, 4096, &Policy::max_segment_length,
                 "ops per segment at most"),
       uint_knob("rolling_window", "integer 1..64", 1, 64, &Policy::rolling_window,

@@ -30,6 +30,9 @@ void set_default_numerics(Numerics numerics);
 struct Policy {
   std::string name = "default";
   uint32_t hot_threshold = 3;         // occurrences before a segment may compile
+  // A graph torch.compile(backend="neuron") captured gets programs at first sight for this
+  // many segment keys (shapes it sees); later keys wait for hot_threshold like any other.
+  uint32_t region_max_programs = 64;
   uint32_t max_segment_length = 256;  // ops per segment at most
   uint32_t rolling_window = 4;        // ops in the rolling content hash
   uint32_t rolling_bits = 4;          // content cut when the low bits are zero (~1 in 2^bits)

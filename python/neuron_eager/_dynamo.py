@@ -16,19 +16,23 @@ Registered through the `torch_dynamo_backends` entry point, so nothing is import
 user asks for it; libraries that compile for a device named "neuron" (transformers'
 static-cache decoding) then work unchanged."""
 
+import itertools
 import warnings
 
 from . import _C
 
 _warned = set()
+_graph_ids = itertools.count(1)
 
 
 def _region(forward):
-    """forward run as one compiled region (positional arguments)."""
+    """forward run as one compiled region (positional arguments). Each graph has its id:
+    the policy's region_max_programs bounds the keys one graph compiles at first sight."""
     enter, exit_ = _C.enter_compiled_region, _C.exit_compiled_region
+    graph = next(_graph_ids)
 
     def run(*args):
-        enter()
+        enter(graph)
         try:
             return forward(*args)
         finally:

@@ -144,3 +144,26 @@ def test_backend_failure_falls_back_with_one_warning(monkeypatch):
     assert dev[0].grad is not None
     compiled(*dev)
     assert count("compiled_region_runs") == runs + 1
+
+
+def test_dynamic_shapes_compile_at_first_sight_up_to_the_bound():
+    """One graph over many shapes (Dynamo's automatic dynamic): region_max_programs keys
+    compile at first sight, then new shapes wait for hot_threshold like any segment;
+    results stay CPU's throughout."""
+    neuron_eager.set_policy({"region_max_programs": 2})
+    try:
+        compiled = torch.compile(lambda x: torch.tanh(x * 2.0 + 1.0) * x - 0.5, backend="neuron")
+        overflows0 = count("compiled_region_overflows")
+        made = []
+        for rows in (3, 5, 7, 9, 11, 13):
+            x = torch.randn(rows, 16, generator=torch.Generator().manual_seed(rows))
+            before = count("programs")
+            got = compiled(x.to("neuron"))
+            assert torch.equal(got.cpu(), torch.tanh(x * 2.0 + 1.0) * x - 0.5)
+            made.append(count("programs") - before)
+        # The first shape's static graph makes one; the dynamic graph Dynamo recompiles for
+        # the second shape makes two more at first sight, then stops.
+        assert sum(made[:3]) == 3 and made[3:] == [0, 0, 0], made
+        assert count("compiled_region_overflows") == overflows0 + 1
+    finally:
+        neuron_eager.set_policy("default")
