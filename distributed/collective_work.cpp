@@ -3,6 +3,8 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/StreamGuard.h>
 
+#include <unordered_map>
+
 #include "backend/runtime.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
@@ -76,6 +78,26 @@ void PeerWaitItem::run() {
   for (auto& p : peers_) p->wait();
 }
 
+namespace {
+
+// Per stream: the enqueue counts just before and after the last wait Work.wait() queued
+// there, and the enqueue count before the first of an unbroken run of such waits.
+struct WaitMark {
+  uint64_t run_start = 0;
+  uint64_t after = 0;
+};
+std::mutex g_marks_mutex;
+std::unordered_map<const backend::Stream*, WaitMark> g_marks;
+
+}  // namespace
+
+bool only_waits_for_collectives(const backend::Stream& stream) {
+  std::lock_guard lock(g_marks_mutex);
+  auto it = g_marks.find(&stream);
+  if (it == g_marks.end()) return false;
+  return stream.enqueued() == it->second.after && stream.completed() >= it->second.run_start;
+}
+
 NeuronWork::NeuronWork(int rank, c10d::OpType type, Issued issued)
     : c10d::Work(rank, type), issued_(std::move(issued)) {}
 
@@ -92,8 +114,15 @@ bool NeuronWork::wait(std::chrono::milliseconds /*timeout: the transport's own a
   const c10::DeviceIndex core = issued_.core;
   engine::flush_windows(core);
   backend::Stream& stream = engine::current_stream(core);
-  if (!issued_.end->query()) issued_.end->block(stream);
-  if (!issued_.peers.empty())
+  if (!issued_.end->query()) {
+    std::lock_guard lock(g_marks_mutex);
+    WaitMark& mark = g_marks[&stream];
+    const uint64_t before = stream.enqueued();
+    issued_.end->block(stream);
+    if (mark.after != before) mark.run_start = before;  // something else was queued since
+    mark.after = stream.enqueued();
+  }
+  if (!issued_.peers.empty())  // waits for a transfer, not for the stream: no mark
     stream.enqueue(std::make_unique<PeerWaitItem>(issued_.peers, issued_.description + " (transfer)"));
   if (issued_.blocks_host || engine::launch_blocking())
     engine::synchronize_stream(stream, issued_.blocks_host ? "barrier" : "NEURON_LAUNCH_BLOCKING");

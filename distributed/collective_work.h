@@ -85,6 +85,12 @@ class PeerWaitItem final : public backend::WorkItem {
   std::string description_;
 };
 
+// Whether the stream's queued work is only waits for the collective stream (Work.wait()
+// after collectives, nothing else since): then a new collective need not wait for it, as
+// the collective stream runs in order. Keeps a loop of blocking collectives from bouncing
+// between the two workers on every call.
+bool only_waits_for_collectives(const backend::Stream& stream);
+
 // The queued collectives of one call (or of one coalesced block), as c10d sees them.
 struct Issued {
   c10::DeviceIndex core = 0;

@@ -86,8 +86,9 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::issue(const Call& call, c10d::OpTy
   backend::Stream& current = engine::current_stream(core);
   backend::Stream& comm = backend::stream(core, backend::kCollectiveStream);
   // The collective reads what the current stream's queued work writes: the collective
-  // stream waits for it (nothing to wait for when that stream is idle).
-  if (!current.idle()) {
+  // stream waits for it (nothing to wait for when that stream is idle, or only waits for
+  // earlier collectives).
+  if (!current.idle() && !only_waits_for_collectives(current)) {
     auto start = std::make_shared<backend::Event>(core);
     start->record(current);
     start->block(comm);
