@@ -153,3 +153,24 @@ def test_finetune_example_trains_on_neuron(tmp_path):
     saved = LlamaForCausalLM.from_pretrained(tmp_path)  # the saved model loads on CPU
     for k, v in saved.state_dict().items():
         assert torch.equal(v, trainer.model.state_dict()[k].cpu()), k
+
+
+def test_trainer_torch_compile_uses_the_neuron_backend(tmp_path):
+    """torch_compile=True picks backend "neuron" (transformers' TorchNeuron path) and gives
+    CPU eager's losses."""
+    from torch._dynamo.utils import counters
+
+    def losses(out, use_cpu, compile_):
+        args = arguments(out, use_cpu=use_cpu, torch_compile=compile_, max_steps=2,
+                         save_strategy="no")
+        trainer = Trainer(model=build(), args=args, train_dataset=Tokens(16, 0))
+        trainer.train()
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h], args
+
+    expected, _ = losses(tmp_path / "cpu", True, False)
+    torch._dynamo.reset()
+    counters.clear()
+    got, args = losses(tmp_path / "neuron", False, True)
+    assert args.torch_compile_backend == "neuron"
+    assert counters["stats"]["unique_graphs"] > 0, "nothing was compiled"
+    assert got == expected
