@@ -190,6 +190,17 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.cache_max_bytes = n;
   }
+  if (auto v = env("NEURON_COMPILE_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double s = std::strtod(v->c_str(), &end);
+    if (v->empty() || end == nullptr || *end != '\0' || !(s >= 0.1 && s <= 86400)) {
+      error = bad("NEURON_COMPILE_TIMEOUT_S", *v,
+                  "seconds from 0.1 to 86400 a tier-2 kernel build may take before it is "
+                  "killed (the kernel's group stays on tier 1), e.g. 120");
+      return std::nullopt;
+    }
+    c.compile_timeout_ms = static_cast<uint64_t>(s * 1000);
+  }
   if (auto v = env("NEURON_CXX")) {
     if (v->empty() || v->find_first_of(" \t\n") != std::string::npos) {
       error = bad("NEURON_CXX", *v, "a C++ compiler command without spaces (a name on PATH or a path), e.g. g++");

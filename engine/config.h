@@ -25,6 +25,7 @@ struct Config {
   bool fast_numerics = false;  // NEURON_NUMERICS=fast: every policy's numerics default
   std::string cache_dir;
   uint64_t cache_max_bytes = 0;  // NEURON_CACHE_MAX_BYTES; 0: fusion's default (1 GiB)
+  uint64_t compile_timeout_ms = 0;  // NEURON_COMPILE_TIMEOUT_S; 0: fusion's default (300 s)
   std::string cxx;  // tier-2 compiler (NEURON_CXX)
 };
 

@@ -21,6 +21,7 @@ void configure_native_once() {
     o.compiler = c.cxx.empty() ? "c++" : c.cxx;
     o.cache_dir = c.cache_dir;
     if (c.cache_max_bytes != 0) o.cache_max_bytes = c.cache_max_bytes;
+    if (c.compile_timeout_ms != 0) o.compile_timeout_ms = c.compile_timeout_ms;
     if (o.cache_dir.empty()) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");

@@ -1,6 +1,7 @@
 #include "fusion/compiler_process.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -22,7 +23,8 @@ constexpr std::chrono::milliseconds kEscalateAfter{1000};
 
 namespace neuron::fusion {
 
-int run_process(const std::vector<std::string>& argv, const std::string& log_path) {
+int run_process(const std::vector<std::string>& argv, const std::string& log_path,
+                uint64_t timeout_ms) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -53,18 +55,28 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
   bool escalated = false;
   int status = 0;
   for (;;) {
-    const pid_t done = waitpid(pid, &status, escalated ? 0 : WNOHANG);
+    const bool poll = !escalated || timeout_ms != 0;
+    const pid_t done = waitpid(pid, &status, poll ? WNOHANG : 0);
     if (done == pid) break;
     if (done < 0) {
       if (errno == EINTR) continue;
       return -1;
     }
-    if (std::chrono::steady_clock::now() - start >= kEscalateAfter) {
+    const auto ran = std::chrono::steady_clock::now() - start;
+    if (timeout_ms != 0 && ran >= std::chrono::milliseconds(timeout_ms)) {
+      // A hung compiler (or one that would take longer than any kernel is worth): the
+      // driver and everything it started go, and the key stays on tier 1.
+      kill(-pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return kProcessTimedOut;
+    }
+    if (!escalated && ran >= kEscalateAfter) {
       setpriority(PRIO_PGRP, static_cast<id_t>(pid), 10);
       escalated = true;
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(escalated ? 50 : 10));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
@@ -75,7 +87,7 @@ std::string compiler_version(const std::string& compiler) {
   std::string id = "unknown compiler " + compiler;
   if (fd >= 0) {
     ::close(fd);
-    if (run_process({compiler, "--version"}, tmpl) == 0) {
+    if (run_process({compiler, "--version"}, tmpl, 30000) == 0) {
       std::string text = read_text(tmpl);
       id = text.substr(0, text.find('\n'));
     }
@@ -87,12 +99,12 @@ std::string compiler_version(const std::string& compiler) {
 int compile_shared_object(const std::string& compiler, const std::vector<std::string>& flags,
                           const std::vector<std::string>& link_flags,
                           const std::string& source_path, const std::string& out_path,
-                          const std::string& log_path) {
+                          const std::string& log_path, uint64_t timeout_ms) {
   std::vector<std::string> argv = {compiler};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"-shared", "-fPIC", "-o", out_path, source_path});
   argv.insert(argv.end(), link_flags.begin(), link_flags.end());
-  return run_process(argv, log_path);
+  return run_process(argv, log_path, timeout_ms);
 }
 
 std::string last_lines(const std::string& text, int lines) {

@@ -118,7 +118,8 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
   if (const std::string prelude = prelude_.include_path(); !prelude.empty())
     flags.insert(flags.end(), {"-include", prelude});
   const uint64_t start = steady_ns();
-  const int status = compile_shared_object(o.compiler, flags, o.link_flags, src_path, tmp_so, log_path);
+  const int status = compile_shared_object(o.compiler, flags, o.link_flags, src_path, tmp_so,
+                                           log_path, o.compile_timeout_ms);
   r.build_ns = steady_ns() - start;
   compiles_.fetch_add(1);
   std::error_code ec;
@@ -130,6 +131,10 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
     disk_error = !disk.empty();
     if (disk_error)
       r.error = "the compiler could not write its output (" + disk + "): " + last_lines(log, 2);
+    else if (status == kProcessTimedOut)
+      r.error = "compiler '" + o.compiler + "' still running after " +
+                std::to_string(o.compile_timeout_ms / 1000.0).substr(0, 6) +
+                " s (NEURON_COMPILE_TIMEOUT_S): killed";
     else if (status < 0)
       r.error = "could not start the compiler '" + o.compiler + "' (NEURON_CXX)";
     else

@@ -32,6 +32,7 @@ struct NativeOptions {
   std::vector<std::string> link_flags;   // after the source (libraries)
   std::string cache_dir;                 // persistent cache root; empty: memory only
   uint64_t cache_max_bytes = kDefaultCacheMaxBytes;  // NEURON_CACHE_MAX_BYTES
+  uint64_t compile_timeout_ms = 300000;  // NEURON_COMPILE_TIMEOUT_S: a build killed after it
   std::string version;                   // engine + torch versions (part of every key)
   // The precompiled prelude (compile_prelude.h): its folder ("" : none) and the headers
   // every kernel includes first.

@@ -219,3 +219,35 @@ def test_kernels_compile_with_the_precompiled_prelude(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["mismatches"] == [] and r["counters"]["native_build_failures"] == 0, r
+
+
+def test_hung_compiler_is_killed_and_tier1_keeps_running(tmp_path):
+    """A compiler that never finishes (it answers --version, then hangs on every build) is
+    killed after NEURON_COMPILE_TIMEOUT_S with its process group; the groups keep running
+    on tier 1 with CPU's results, one warning names the timeout, nothing is left behind."""
+    hang = tmp_path / "hang-c++"
+    hang.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'hanging c++ 1.0'; exit 0; fi\n"
+                    "sleep 613 &\nwait\n")
+    hang.chmod(0o755)
+    r, p = run_workload(tmp_path, "--steps", "15",
+                        env={"NEURON_CXX": str(hang), "NEURON_COMPILE_TIMEOUT_S": "0.5",
+                             "NEURON_PRELUDE_DIR": "off"})
+    c = r["counters"]
+    assert r["equal"], c
+    assert c["native_build_failures"] >= 1 and c["native_runs"] == 0, c
+    assert c["segments_fused"] > 0, c
+    assert "NEURON_COMPILE_TIMEOUT_S" in p.stderr and "killed" in p.stderr, p.stderr[-2000:]
+    assert entries(tmp_path) == []
+    # The killed group's sleeps are gone too (the whole process group was killed).
+    for pattern in (str(hang), "sleep 613"):
+        left = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        assert left.stdout.strip() == "", (pattern, left.stdout)
+
+
+def test_bad_compile_timeout_is_one_clear_error():
+    r = subprocess.run([sys.executable, "-c", "import torch; torch.neuron.device_count()"],
+                       env={**os.environ, "NEURON_COMPILE_TIMEOUT_S": "soon"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "NEURON_COMPILE_TIMEOUT_S" in r.stderr and "0.1 to 86400" in r.stderr, r.stderr[-1500:]
