@@ -103,27 +103,39 @@ def compare_rounds(progs, data, run):
     return mismatches, {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
 
 
-def differential(programs, seed, make, inputs, run):
+def differential(programs, seed, make, inputs, run, only=None):
     """`programs` programs from make(rng), each on inputs(program, generator), compared
-    with CPU eager (compare_rounds); the JSON summary."""
+    with CPU eager (compare_rounds); the JSON summary. only: run just that program index
+    (the same program and inputs as in the full run: a mismatch's replay)."""
     rng = random.Random(seed)
     progs = [make(rng) for _ in range(programs)]
+    index = [i for i in range(programs) if only is None or i == only]
     data = []
-    for i, prog in enumerate(progs):
-        cpu = inputs(prog, torch.Generator().manual_seed(seed * 1000 + i))
-        data.append((cpu, run(prog, cpu), [t.to("neuron") for t in cpu]))
-    mismatches, c = compare_rounds(progs, data, run)
-    return {"programs": programs, "mismatches": mismatches, "counters": c}
+    for i in index:
+        cpu = inputs(progs[i], torch.Generator().manual_seed(seed * 1000 + i))
+        data.append((cpu, run(progs[i], cpu), [t.to("neuron") for t in cpu]))
+    mismatches, c = compare_rounds([progs[i] for i in index], data, run)
+    return {"programs": len(index), "mismatches": [index[m] for m in mismatches],
+            "counters": c, "shown": {str(index[m]): describe(progs[index[m]]) for m in mismatches}}
 
 
-def main(programs, seed):
+def describe(program):
+    """A program as text (shape, dtype, steps; arguments are value indices: the inputs
+    first, then each step's result), for a mismatch report."""
+    shape, dtype, steps = program
+    return f"{tuple(shape)} {str(dtype).replace('torch.', '')}: " + "; ".join(
+        f"{s[0]}({', '.join(map(str, s[1] if isinstance(s[1], list) else s[1:]))})" for s in steps)
+
+
+def main(programs, seed, only=None):
     return differential(programs, seed, make, lambda prog, g: [torch.randn(prog[0], dtype=prog[1], generator=g)
-                                                               for _ in range(3)], run)
+                                                               for _ in range(3)], run, only)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", type=int, default=None, help="replay one program index")
     a = ap.parse_args()
-    print(json.dumps(main(a.programs, a.seed)))
+    print(json.dumps(main(a.programs, a.seed, a.only)))

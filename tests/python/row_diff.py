@@ -73,5 +73,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", type=int, default=None, help="replay one program index")
     a = ap.parse_args()
-    print(json.dumps(differential(a.programs, a.seed, make, inputs, run)))
+    print(json.dumps(differential(a.programs, a.seed, make, inputs, run, a.only)))

@@ -246,3 +246,24 @@ def test_queue_depth_tiny(tmp_path):
                           "--reads", "1,7", "--iters", "100"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "multiple of every read interval" in bad.stderr, bad.stderr
+
+
+def test_fuzz_bench_and_replay(tmp_path):
+    """fuzz.py compares random tier-2 programs with CPU in batches (its own processes and
+    cache) and prints a summary; --only replays one program of a batch."""
+    out = tmp_path / "fuzz.json"
+    text = run("fuzz.py", "--programs", "2", "--batch", "2", "--kinds", "pointwise", "--seed", "3",
+               "--cache-dir", str(tmp_path / "cache"), "--json", str(out))
+    res = json.loads(out.read_text())
+    assert res["kinds"]["pointwise"]["programs"] == 2 and res["mismatches"] == []
+    assert res["failed_batches"] == [] and "2 programs compared, 0 mismatches" in text
+    assert res["kinds"]["pointwise"]["counters"]["native_built"] >= 1
+    one = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "python", "native_diff.py"),
+                          "--programs", "2", "--seed", str(3 * 100003), "--only", "1"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NEURON_CACHE_DIR": str(tmp_path / "cache")})
+    assert one.returncode == 0, one.stderr[-1500:]
+    assert json.loads(one.stdout.strip().splitlines()[-1])["programs"] == 1
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "fuzz.py"),
+                          "--kinds", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "allowed pointwise, rows" in bad.stderr

@@ -1,0 +1,100 @@
+"""Differential fuzzing at scale (issue 26 item 5): random fused programs of every kind
+tier 2 generates (pointwise formulas, row reductions and per-row ops) run in adaptive mode
+with tier 2 forced on, compared bit for bit with CPU eager.
+
+    python bench/python/fuzz.py --programs 10000 --seed 7 [--kinds pointwise,rows]
+
+Programs run in batches, each batch in its own process (a crash costs one batch, and
+kernels are shared through one cache folder). Batch b of kind K uses the seed
+SEED * 100003 + b; every mismatch is printed with the command that replays that one
+program, e.g. `python tests/python/native_diff.py --programs 24 --seed 700021 --only 5`.
+Exits 1 if any program differed or any batch failed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTS = os.path.join(ROOT, "tests", "python")
+KINDS = {"pointwise": "native_diff.py", "rows": "row_diff.py"}
+
+
+def run_batch(kind, batch, seed, env, timeout):
+    script = os.path.join(TESTS, KINDS[kind])
+    cmd = [sys.executable, script, "--programs", str(batch), "--seed", str(seed)]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s", cmd
+    if p.returncode != 0:
+        return None, (p.stderr or p.stdout)[-1500:].strip(), cmd
+    return json.loads(p.stdout.strip().splitlines()[-1]), None, cmd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", type=int, default=10000, help="programs per kind")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
+    ap.add_argument("--batch", type=int, default=24, help="programs per process")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per batch")
+    ap.add_argument("--cache-dir", default=None, help="kernel cache (default: a fresh temp folder)")
+    ap.add_argument("--json", default=None, help="write the summary here")
+    args = ap.parse_args()
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        ap.error(f"--kinds {args.kinds!r}: allowed {', '.join(KINDS)} (comma-separated)")
+    if args.programs < 1 or args.batch < 1:
+        ap.error("--programs and --batch must be at least 1")
+    cache = args.cache_dir or tempfile.mkdtemp(prefix="neuron-fuzz-cache-")
+    env = {**os.environ, "NEURON_CACHE_DIR": cache}
+    summary = {"seed": args.seed, "kinds": {}, "mismatches": [], "failed_batches": []}
+    start = time.perf_counter()
+    for kind in kinds:
+        done = 0
+        counters = {}
+        for b in range(-(-args.programs // args.batch)):
+            n = min(args.batch, args.programs - b * args.batch)
+            seed = args.seed * 100003 + b
+            res, error, cmd = run_batch(kind, n, seed, env, args.timeout)
+            replay = " ".join(["python", os.path.relpath(cmd[1], ROOT)] + cmd[2:])
+            if error:
+                summary["failed_batches"].append({"kind": kind, "seed": seed, "error": error,
+                                                  "rerun": replay})
+                print(f"[{kind}] batch seed {seed}: FAILED: {error.splitlines()[-1] if error else ''}"
+                      f"\n  rerun: {replay}", flush=True)
+                continue
+            done += n
+            for k, v in res["counters"].items():
+                counters[k] = counters.get(k, 0) + v
+            for i in res["mismatches"]:
+                m = {"kind": kind, "seed": seed, "program": i, "shown": res["shown"].get(str(i), ""),
+                     "replay": f"{replay} --only {i}"}
+                summary["mismatches"].append(m)
+                print(f"[{kind}] MISMATCH program {i} of batch seed {seed}: {m['shown']}\n"
+                      f"  replay: {m['replay']}", flush=True)
+            print(f"[{kind}] {done}/{args.programs} programs, {len(summary['mismatches'])} "
+                  f"mismatches, kernels built {counters.get('native_built', 0)}, accepted "
+                  f"{counters.get('native_accepted', 0)}, {time.perf_counter() - start:.0f} s",
+                  flush=True)
+        summary["kinds"][kind] = {"programs": done, "counters": counters}
+    summary["seconds"] = time.perf_counter() - start
+    total = sum(k["programs"] for k in summary["kinds"].values())
+    print(f"fuzz: {total} programs compared, {len(summary['mismatches'])} mismatches, "
+          f"{len(summary['failed_batches'])} failed batches, {summary['seconds']:.0f} s "
+          f"(seed {args.seed}, cache {cache})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    return 1 if summary["mismatches"] or summary["failed_batches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
