@@ -18,6 +18,18 @@ Tensors flatten(const TensorLists& lists) {
 
 bool is_average(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::AVG; }
 
+// Checks that need no peer, made at the call as NCCL makes them (the transport would only
+// find them on the worker, and a rank that fails alone leaves its peers waiting).
+void check_same_dtype(const char* call, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "neuron process group: ", call, " got ", a.scalar_type(),
+              " and ", b.scalar_type(), " tensors; input and output must have one dtype");
+}
+
+void check_numel(const char* call, const char* what, int64_t got, int64_t expected) {
+  TORCH_CHECK(got == expected, "neuron process group: ", call, ": ", what, " has ", got, " elements, expected ",
+              expected);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> NeuronBackend::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
@@ -78,6 +90,14 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce(Tensors& tensors, const c10
 c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(TensorLists& outputs, Tensors& inputs,
                                                         const c10d::AllgatherOptions& opts) {
   Call call("allgather");
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "neuron process group: allgather takes one input "
+              "tensor and one output list (got ", inputs.size(), " and ", outputs.size(), ")");
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(), "neuron process group: allgather got ",
+              outputs[0].size(), " output tensors for a group of ", getSize());
+  for (const auto& o : outputs[0]) {
+    check_same_dtype(call.op(), inputs[0], o);
+    check_numel(call.op(), "an output tensor", o.numel(), inputs[0].numel());
+  }
   Tensors in = call.host(inputs);
   TensorLists out = call.host(outputs, false);
   return issue(call, c10d::OpType::ALLGATHER, flatten(outputs), [out, in, opts](c10d::Backend& b) mutable {
@@ -89,6 +109,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::allgather(TensorLists& outputs, Te
 c10::intrusive_ptr<c10d::Work> NeuronBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions& opts) {
   Call call("allgather_into_tensor");
+  check_same_dtype(call.op(), input, output);
+  check_numel(call.op(), "the output", output.numel(), input.numel() * getSize());
   at::Tensor in = call.host(input);
   at::Tensor out = call.host(output, false);
   return issue(call, c10d::OpType::_ALLGATHER_BASE, {output}, [out, in, opts](c10d::Backend& b) mutable {
@@ -144,6 +166,13 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::scatter(Tensors& outputs, TensorLi
 c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce_scatter(Tensors& outputs, TensorLists& inputs,
                                                              const c10d::ReduceScatterOptions& opts) {
   Call call("reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "neuron process group: reduce_scatter takes one output tensor and one list of ", getSize(),
+              " inputs (got ", outputs.size(), " and ", inputs.empty() ? 0 : inputs[0].size(), ")");
+  for (const auto& i : inputs[0]) {
+    check_same_dtype(call.op(), i, outputs[0]);
+    check_numel(call.op(), "an input tensor", i.numel(), outputs[0].numel());
+  }
   TensorLists in = call.host(inputs);
   Tensors out = call.host(outputs, false);
   c10d::ReduceScatterOptions o = opts;
@@ -161,6 +190,8 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::reduce_scatter(Tensors& outputs, T
 c10::intrusive_ptr<c10d::Work> NeuronBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::ReduceScatterOptions& opts) {
   Call call("reduce_scatter_tensor");
+  check_same_dtype(call.op(), input, output);
+  check_numel(call.op(), "the input", input.numel(), output.numel() * getSize());
   at::Tensor in = call.host(input);
   at::Tensor out = call.host(output, false);
   c10d::ReduceScatterOptions o = opts;
@@ -197,6 +228,23 @@ c10::intrusive_ptr<c10d::Work> NeuronBackend::alltoall_base(at::Tensor& output, 
                                                             std::vector<int64_t>& input_splits,
                                                             const c10d::AllToAllOptions& opts) {
   Call call("alltoall_base");
+  check_same_dtype(call.op(), input, output);
+  auto check_splits = [&](const char* what, const at::Tensor& t, const std::vector<int64_t>& splits) {
+    if (splits.empty()) {
+      TORCH_CHECK(t.dim() > 0 && t.size(0) % getSize() == 0, "neuron process group: alltoall_base: the ", what,
+                  "'s first dimension (", t.dim() > 0 ? t.size(0) : 0, ") must divide by the group size ",
+                  getSize(), " when no split sizes are given");
+      return;
+    }
+    TORCH_CHECK(static_cast<int>(splits.size()) == getSize(), "neuron process group: alltoall_base got ",
+                splits.size(), " ", what, " split sizes for a group of ", getSize());
+    int64_t rows = 0;
+    for (int64_t n : splits) rows += n;
+    TORCH_CHECK(t.dim() > 0 && rows == t.size(0), "neuron process group: alltoall_base: the ", what,
+                " split sizes add up to ", rows, " rows, the ", what, " has ", t.dim() > 0 ? t.size(0) : 0);
+  };
+  check_splits("input", input, input_splits);
+  check_splits("output", output, output_splits);
   at::Tensor in = call.host(input);
   at::Tensor out = call.host(output, false);
   return issue(call, c10d::OpType::ALLTOALL_BASE, {output},

@@ -14,6 +14,13 @@ import torch
 import torch.distributed as dist
 
 DEV = "neuron"
+
+
+def say(line):
+    """One write per line: the ranks share torchrun's stdout, and print() may split a line
+    into two writes that another rank's output lands between."""
+    os.write(1, (line + "\n").encode())
+
 CHECKS = []
 
 
@@ -319,7 +326,7 @@ def main():
         fn()
         torch.neuron.synchronize()
         if dist.get_rank() == 0:
-            print("OK", fn.__name__, flush=True)
+            say(f"OK {fn.__name__}")
     dist.barrier()
     dist.destroy_process_group()
 

@@ -18,6 +18,12 @@ import torch.distributed as dist
 DEV = "neuron"
 
 
+def say(line):
+    """One write per line: the ranks share torchrun's stdout, and print() may split a line
+    into two writes that another rank's output lands between."""
+    os.write(1, (line + "\n").encode())
+
+
 def expect_error(case, fn, *needles):
     try:
         fn()
@@ -26,7 +32,7 @@ def expect_error(case, fn, *needles):
         message = str(e).splitlines()[0]
         missing = [n for n in needles if n not in str(e)]
         assert not missing, f"{case}: the error does not name {missing}: {e}"
-        print(f"OK {case}: {message[:200]}", flush=True)
+        say(f"OK {case}: {message[:200]}")
         return
     raise AssertionError(f"{case}: no error")
 
@@ -49,11 +55,21 @@ def input_errors():
     expect_error("unsupported reduce op",
                  lambda: dist.all_reduce(torch.ones(4, device=DEV), op=dist._make_nccl_premul_sum(2.0)),
                  "allreduce", "PREMUL_SUM", "allowed")
+    expect_error("all_gather_into_tensor output of the wrong size",
+                 lambda: dist.all_gather_into_tensor(torch.empty(5, device=DEV), torch.ones(4, device=DEV)),
+                 "allgather_into_tensor", "has 5 elements, expected 8")
+    expect_error("all_to_all_single splits that do not add up",
+                 lambda: dist.all_to_all_single(torch.empty(4, device=DEV), torch.ones(4, device=DEV), [1, 1], [2, 1]),
+                 "alltoall_base", "add up to 3 rows")
+    expect_error("reduce_scatter_tensor dtypes differ",
+                 lambda: dist.reduce_scatter_tensor(torch.empty(2, device=DEV),
+                                                    torch.ones(4, device=DEV, dtype=torch.float64)),
+                 "reduce_scatter_tensor", "one dtype")
     # The group still works after the errors above.
     t = torch.full((4,), float(rank + 1), device=DEV)
     dist.all_reduce(t)
     assert t.cpu().tolist() == [3.0] * 4, t.cpu()
-    print("OK group usable after errors", flush=True)
+    say("OK group usable after errors")
 
 
 def dead_peer():

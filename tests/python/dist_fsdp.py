@@ -29,6 +29,12 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 STEPS = 20
 
 
+def say(line):
+    """One write per line: the ranks share torchrun's stdout, and print() may split a line
+    into two writes that another rank's output lands between."""
+    os.write(1, (line + "\n").encode())
+
+
 def train_tp(base, device):
     """Column-wise then row-wise sharded linears (Megatron style MLP), 5 AdamW steps."""
     mesh = init_device_mesh(device, (dist.get_world_size(),))
@@ -93,18 +99,18 @@ def main():
     for k in cpu_weights:
         assert torch.equal(cpu_weights[k], dev_weights[k]), f"FSDP2 weight {k} differs on rank {rank}"
     if rank == 0:
-        print("OK fsdp2", flush=True)
+        say("OK fsdp2")
     c, d = dtensor_matmul("cpu"), dtensor_matmul("neuron")
     assert torch.equal(c, d), f"DTensor matmul differs on rank {rank}"
     if rank == 0:
-        print("OK dtensor", flush=True)
+        say("OK dtensor")
     tp_base = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
     c_losses, c_weights = train_tp(tp_base, "cpu")
     d_losses, d_weights = train_tp(tp_base, "neuron")
     assert c_losses == d_losses, f"TP losses differ on rank {rank}"
     assert all(torch.equal(c_weights[k], d_weights[k]) for k in c_weights), f"TP weights differ on rank {rank}"
     if rank == 0:
-        print("OK tensor_parallel", flush=True)
+        say("OK tensor_parallel")
     dist.destroy_process_group()
 
 

