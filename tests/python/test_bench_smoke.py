@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -230,6 +231,9 @@ def test_queue_depth_tiny(tmp_path):
     out = tmp_path / "qd.json"
     text = run("queue_depth.py", "--tiny", "--json", str(out))
     res = json.loads(out.read_text())
+    for retry in res["retries"]:  # a child that failed once, then ran: shown, not fatal
+        warnings.warn(f"queue_depth.py child {retry['mode']} every {retry['reads']} failed "
+                      f"once: {retry['error'][-1500:]}")
     assert res["reads"] == [1, 10, 50] and res["failed"] == []
     cpu = res["results"]["cpu"]["1"]
     for mode in ("eager", "adaptive"):
