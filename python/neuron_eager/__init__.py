@@ -29,6 +29,10 @@ from . import _distributed  # noqa: E402
 
 _distributed.register()  # the "neuron" torch.distributed backend for neuron tensors
 
+from . import _exit  # noqa: E402
+
+_exit.register()  # no abort at exit right after a backward (see _exit.py)
+
 if not hasattr(torch.Tensor, "is_neuron"):
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
