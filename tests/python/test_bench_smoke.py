@@ -271,3 +271,19 @@ def test_fuzz_bench_and_replay(tmp_path):
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "fuzz.py"),
                           "--kinds", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "allowed pointwise, rows" in bad.stderr
+
+
+def test_soak_short(tmp_path):
+    """soak.py for a quarter minute: samples over time (RSS, device memory, cache entries,
+    key table, compiles), CSV and plot written, the CPU twin equal at every sample."""
+    out, csv, png = tmp_path / "soak.json", tmp_path / "soak.csv", tmp_path / "soak.png"
+    text = run("soak.py", "--minutes", "0.25", "--interval", "4", "--shape-every", "10",
+               "--json", str(out), "--csv", str(csv), "--plot", str(png))
+    res = json.loads(out.read_text())
+    assert res["mismatches"] == 0 and res["samples"] >= 3 and res["steps"] > 0
+    series = res["series"]
+    assert all(s["equal"] for s in series) and series[-1]["keys"] > 0 and series[-1]["programs"] > 0
+    assert series[-1]["rss_mb"] > 0 and series[-1]["reserved_mb"] > 0
+    assert csv.read_text().splitlines()[0].startswith("t_s,steps,rss_mb")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "per 10 min" in text
