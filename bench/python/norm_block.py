@@ -91,25 +91,30 @@ def main():
             x = x_cpu.to("neuron")
             fn = block_fn(block, d, "neuron")
             sync = lambda: x[:1, :1].cpu()  # noqa: E731
-            for config in ("eager", "exact", "fast"):
-                neuron_eager.set_mode("eager" if config == "eager" else "adaptive")
+            for config in ("eager", "exact", "fast", "compiled"):
+                # compiled: torch.compile(backend="neuron") in eager mode, exact numerics
+                neuron_eager.set_mode("adaptive" if config in ("exact", "fast") else "eager")
                 neuron_eager.set_policy({"base": "default", "numerics": "fast" if config == "fast" else "exact"})
                 neuron_eager.reset_fusion_state()
                 neuron_eager.reset_counters()
+                run = fn
+                if config == "compiled":
+                    torch._dynamo.reset()
+                    run = torch.compile(fn, backend="neuron")
                 if config != "eager":  # hot, built, tried against tier 1
                     for _ in range(3):
                         for _ in range(a.queued):
-                            fn(x)
+                            run(x)
                         sync()
                         neuron_eager._C.native_wait_idle()
-                row[config] = measure(fn, x, sync, a.queued, a.repeats)
-                got = fn(x).cpu()
+                row[config] = measure(run, x, sync, a.queued, a.repeats)
+                got = run(x).cpu()
                 row[config + "_bit_equal"] = bool(torch.equal(got, want))
                 row[config + "_max_abs"] = float((got - want).abs().max())
                 row[config + "_kernels"] = neuron_eager.counters().get("native_accepted", 0)
             neuron_eager.set_policy("default")
             neuron_eager.set_mode("eager")
-            for k in ("eager", "exact", "fast", "inductor"):
+            for k in ("eager", "exact", "fast", "compiled", "inductor"):
                 if k in row:
                     row[k + "/cpu"] = row["cpu_eager"] / row[k]
                     if "inductor" in row:
@@ -117,10 +122,14 @@ def main():
             results.append(row)
             ind = "inductor" in row
             print(f"{block:9s} {size:>10s}  ms: cpu {row['cpu_eager']:.3f}  neuron eager {row['eager']:.3f}"
-                  f"  exact {row['exact']:.3f}  fast {row['fast']:.3f}" + (f"  inductor {row['inductor']:.3f}" if ind else "")
+                  f"  exact {row['exact']:.3f}  fast {row['fast']:.3f}  compiled {row['compiled']:.3f}"
+                  + (f"  inductor {row['inductor']:.3f}" if ind else "")
                   + f"  | x CPU eager: exact {row['exact/cpu']:.2f} fast {row['fast/cpu']:.2f}"
-                  + (f" | x Inductor: exact {row['exact/inductor']:.2f} fast {row['fast/inductor']:.2f}" if ind else "")
-                  + f" | exact bit-equal {row['exact_bit_equal']}, fast max |d| {row['fast_max_abs']:.1e}"
+                  + (f" | x Inductor: exact {row['exact/inductor']:.2f} fast {row['fast/inductor']:.2f}"
+                     f" compiled {row['compiled/inductor']:.2f}" if ind else "")
+                  + f" | compiled/exact {row['exact'] / row['compiled']:.2f}"
+                  + f" | exact bit-equal {row['exact_bit_equal']}, compiled {row['compiled_bit_equal']},"
+                  f" fast max |d| {row['fast_max_abs']:.1e}"
                   + f" | kernels {row['exact_kernels']}/{row['fast_kernels']}", flush=True)
     write_json(a.json, results)
 
