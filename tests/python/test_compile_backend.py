@@ -167,3 +167,37 @@ def test_dynamic_shapes_compile_at_first_sight_up_to_the_bound():
         assert count("compiled_region_overflows") == overflows0 + 1
     finally:
         neuron_eager.set_policy("default")
+
+
+def test_compiled_optimizer_step_matches_cpu_capture():
+    """torch.compile(optimizer.step): Dynamo's capture of AdamW already rounds differently
+    from the uncompiled step on CPU itself (backend="eager" shows it), so the oracle is the
+    same capture on CPU, with the same implementation (foreach=True: AdamW's default is
+    foreach on neuron, the per-tensor loop on CPU): losses and weights bit-equal to it."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(8, 1, generator=torch.Generator().manual_seed(2))
+
+    def train(device, backend):
+        torch._dynamo.reset()
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=True)
+        step = torch.compile(opt.step, backend=backend)
+        losses = []
+        for _ in range(4):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(x.to(device)), y.to(device))
+            loss.backward()
+            step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in m.parameters()]
+
+    cpu_losses, cpu_params = train("cpu", "eager")
+    runs = count("compiled_region_runs")
+    losses, params = train("neuron", "neuron")
+    assert losses == cpu_losses
+    assert all(torch.equal(a, b) for a, b in zip(params, cpu_params))
+    assert count("compiled_region_runs") >= runs + 4
