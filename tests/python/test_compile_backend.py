@@ -201,3 +201,27 @@ def test_compiled_optimizer_step_matches_cpu_capture():
     assert losses == cpu_losses
     assert all(torch.equal(a, b) for a, b in zip(params, cpu_params))
     assert count("compiled_region_runs") >= runs + 4
+
+
+def test_compiled_graph_under_autocast_matches_cpu():
+    """An autocast region around a compiled graph: bf16 linears on neuron, the result equal
+    to the same capture under CPU autocast."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32)
+    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+
+    def f(m, t):
+        return torch.nn.functional.gelu(m(t)).sum(-1)
+
+    def run(device, backend):
+        torch._dynamo.reset()
+        m = torch.nn.Linear(32, 32)
+        m.load_state_dict(lin.state_dict())
+        m = m.to(device)
+        g = torch.compile(f, backend=backend)
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+            out = g(m, x.to(device))
+        assert out.dtype == torch.bfloat16
+        return out.float().cpu()
+
+    assert torch.equal(run("neuron", "neuron"), run("cpu", "eager"))
