@@ -85,6 +85,15 @@ def test_libraries_detect_neuron():
     args = TrainingArguments(output_dir="unused", report_to=[], torch_compile=True)
     assert args.torch_compile_backend == "neuron"
     assert TrainingArguments(output_dir="unused", report_to=[], use_cpu=True).device.type == "cpu"
+    # accelerate on its own (its process state is shared: start it afresh): the
+    # Accelerator's device, and the distributed backend it maps neuron to.
+    from accelerate.state import AcceleratorState
+    from accelerate.utils.constants import TORCH_DISTRIBUTED_BACKENDS
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert accelerate.Accelerator().device.type == "neuron"
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert TORCH_DISTRIBUTED_BACKENDS.get("neuron") == "neuron"
 
 
 def test_trainer_trains_evaluates_saves_resumes_like_cpu(tmp_path):
