@@ -6,7 +6,7 @@ change every N steps, sampled over time.
 
 Each step is one AdamW step of an MLP (batch size cycling through BATCHES every
 --shape-every steps) and one decoding step of a small attention model whose context grows
-to MAX_CONTEXT and starts again. Every --interval seconds a sample records steps, process
+to MAX_CONTEXT and starts again. Every --interval seconds (at the next start of the step cycle) a sample records steps, process
 RSS, device memory (allocated, reserved), kernel-cache entries, the key table's size
 (segments the recorder knows), tier-2 compiles, programs and fused segments; each sample
 also checks the model against CPU (its parameters copied to a CPU twin: outputs must be
@@ -17,6 +17,7 @@ half (no compile storm: the shapes recur, so keys and kernels stop growing).
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -64,12 +65,16 @@ def run(args):
     probe = torch.randn(8, 64, generator=g)
     tokens = torch.randn(2, MAX_CONTEXT, 64, generator=g).to("neuron")
     samples, steps, context = [], 0, 1
+    # Samples are taken only at the start of the step cycle (batch sizes x context lengths
+    # x loss reads), so the sample's own syncs and probe cut the op stream at the same
+    # place every time: the keys they make recur instead of growing with the clock.
+    cycle = math.lcm(20, args.shape_every * len(BATCHES), MAX_CONTEXT)
     start = time.perf_counter()
     deadline = start + args.minutes * 60
     next_sample = start
     mismatches = 0
     while True:
-        now = time.perf_counter()
+        now = time.perf_counter() if steps % cycle == 0 else 0.0
         if now >= next_sample or now >= deadline:
             torch.neuron.synchronize()
             # The CPU twin: the same parameters, the same probe, bit-equal outputs.
@@ -94,7 +99,8 @@ def run(args):
                   + ("" if equal else "  MISMATCH"), flush=True)
             if now >= deadline:
                 break
-            next_sample += args.interval
+            while next_sample <= now:
+                next_sample += args.interval
         batch = BATCHES[(steps // args.shape_every) % len(BATCHES)]
         x, y = data[batch]
         opt.zero_grad(set_to_none=True)
