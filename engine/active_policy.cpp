@@ -22,6 +22,11 @@ std::atomic<bool> g_policy_lists_ops{false};
 std::atomic<uint64_t> g_hot_threshold{fusion::Policy{}.hot_threshold};
 std::atomic<uint32_t> g_region_max_programs{fusion::Policy{}.region_max_programs};
 std::atomic<int64_t> g_queue_max_ops{fusion::Policy{}.queue_max_ops};
+std::atomic<uint32_t> g_hold_min_missed_ops{fusion::Policy{}.hold_min_missed_ops};
+std::atomic<double> g_hold_miss_ratio{fusion::Policy{}.hold_miss_ratio};
+std::atomic<uint32_t> g_settle_cuts{fusion::Policy{}.settle_cuts};
+std::atomic<uint32_t> g_settle_first_ops{fusion::Policy{}.settle_first_ops};
+std::atomic<uint32_t> g_settle_max_ops{fusion::Policy{}.settle_max_ops};
 
 trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
   std::vector<uint32_t> matmul_ops;
@@ -44,6 +49,13 @@ uint32_t active_region_max_programs() {
   return g_region_max_programs.load(std::memory_order_relaxed);
 }
 int64_t active_queue_max_ops() { return g_queue_max_ops.load(std::memory_order_relaxed); }
+uint32_t active_hold_min_missed_ops() { return g_hold_min_missed_ops.load(std::memory_order_relaxed); }
+double active_hold_miss_ratio() { return g_hold_miss_ratio.load(std::memory_order_relaxed); }
+uint32_t active_settle_cuts() { return g_settle_cuts.load(std::memory_order_relaxed); }
+uint32_t active_settle_stretch(uint32_t round) {
+  return fusion::Policy::settle_stretch(g_settle_first_ops.load(std::memory_order_relaxed),
+                                        g_settle_max_ops.load(std::memory_order_relaxed), round);
+}
 
 fusion::Policy active_policy() {
   std::lock_guard lock(g_policy_mutex);
@@ -60,6 +72,11 @@ void set_active_policy(const fusion::Policy& policy) {
   g_hot_threshold = policy.hot_threshold;
   g_region_max_programs = policy.region_max_programs;
   g_queue_max_ops = policy.queue_max_ops;
+  g_hold_min_missed_ops = policy.hold_min_missed_ops;
+  g_hold_miss_ratio = policy.hold_miss_ratio;
+  g_settle_cuts = policy.settle_cuts;
+  g_settle_first_ops = policy.settle_first_ops;
+  g_settle_max_ops = policy.settle_max_ops;
   backend::set_thread_policy(policy);
   trace_cache().set_hot_threshold(policy.hot_threshold);
   // Open segments close; new segmenters follow the new policy.

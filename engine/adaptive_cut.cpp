@@ -106,10 +106,26 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
   }
 }
 
+// Settling (Policy::settle_cuts): enough cuts in a row with nothing for fusion to do
+// start a stretch of ops that pass unrecorded; a productive cut starts over.
+void settle_after_cut(StreamState& state, bool productive) {
+  const uint32_t cuts = active_settle_cuts();
+  if (productive || cuts == 0 || trace::recording() || any_compiled_region()) {
+    state.idle_cuts = 0;
+    state.settle_round = 0;
+    return;
+  }
+  if (++state.idle_cuts < cuts) return;
+  state.idle_cuts = 0;
+  state.settled_ops = active_settle_stretch(state.settle_round);
+  state.settle_round += 1;
+  ++g_settles;
+}
+
 }  // namespace
 
 void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
-                  c10::DeviceIndex core, int64_t stream) {
+                  c10::DeviceIndex core, int64_t stream, bool partial) {
   Registry& r = registry();
   const uint8_t core8 = static_cast<uint8_t>(core);
   std::shared_ptr<ReadyProgram> ready;
@@ -136,6 +152,10 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     fallback_event("a fused group failed: segment blacklisted, its ops run per op", core8);
     ready.reset();
   }
+  if (ready) note_prefix(*ready, true, segment.length);
+  // Candidates still held for that were not this key: their prefix went on differently.
+  for (const auto& c : state.candidates)
+    if (c->key != segment.key) note_prefix(*c, false, segment.length);
   const uint32_t released = state.released, released_extern = state.released_extern;
   state.released = 0;
   state.released_extern = 0;
@@ -184,6 +204,10 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   }
   if (ready && guard) guard_at_cut(state, *ready, guard, full_match, count, core, stream);
   state.trial_span.reset();
+  // Whether this cut gave fusion anything to do: a fused run, a key on trial, or a key
+  // recurring towards hotness (a new program below counts too).
+  bool productive = full_match || (ready && ready->on_trial.load()) ||
+                    (!ready && count >= 2 && count < active_hot_threshold());
 
   // Hot keys without a program get one now (tier 1 is planned in microseconds).
   // A compiled region's segments recur by construction: they compile at first sight, up
@@ -191,7 +215,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   const bool first_sight = count < active_hot_threshold() &&
                            first_sight_compiles(active_region_max_programs());
   const uint64_t hot = first_sight ? 1 : active_hot_threshold();
-  if (!ready && fusion_allowed() && count >= hot &&
+  if (!ready && !partial && fusion_allowed() && count >= hot &&
       state.plan.size() == segment.length) {
     const fusion::Policy policy = active_policy();
     bool known;
@@ -235,6 +259,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
         }
         if (first_sight) note_first_sight_program(policy.region_max_programs);
         r.ready[segment.key] = rp;
+        productive = true;
         r.by_first_signature[rp->signatures.front()].push_back(rp);
         ++g_programs;
         trace_cache().transition(segment.key, policy.guard.enabled ? trace::SegmentState::kOnTrial
@@ -251,6 +276,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     }
   }
   state.plan.clear();
+  if (!partial) settle_after_cut(state, productive);
 }
 
 }  // namespace neuron::engine

@@ -4,6 +4,8 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
+
 #include "engine/adaptive_guard.h"
 #include "engine/compiled_region.h"
 #include "engine/engine.h"
@@ -21,7 +23,8 @@ Registry& registry() {
 trace::Counter g_programs{"programs"}, g_segments_fused{"segments_fused"},
     g_ops_fused_segments{"ops_in_fused_segments"}, g_ops_tile_groups{"ops_in_tile_groups"},
     g_ops_per_op{"ops_per_op"}, g_divergences{"divergences"}, g_blacklisted{"blacklisted"},
-    g_failures{"fusion_failures"};
+    g_failures{"fusion_failures"}, g_prefix_skips{"prefix_holds_skipped"},
+    g_settles{"settled_stretches"}, g_settled_ops{"ops_settled"};
 std::atomic<int> g_open_windows{0};
 
 bool fusion_allowed() {
@@ -35,12 +38,33 @@ void fallback_event(const char* reason, uint8_t core) {
   rec.emit_ended(trace::EventKind::kFallback, rec.intern_string(reason), 0, 0, core);
 }
 
+void note_prefix(ReadyProgram& program, bool hit, uint64_t ops) {
+  ops = std::max<uint64_t>(ops, 1);
+  const uint64_t hits = (hit ? program.prefix_hits.fetch_add(ops, std::memory_order_relaxed) + ops
+                             : program.prefix_hits.load(std::memory_order_relaxed));
+  const uint64_t misses = (hit ? program.prefix_misses.load(std::memory_order_relaxed)
+                               : program.prefix_misses.fetch_add(ops, std::memory_order_relaxed) + ops);
+  if (hits + misses >= fusion::Policy::prefix_decay_at(active_hold_min_missed_ops())) {
+    // Recent behaviour counts: a key whose prefix became common (or rare) shows it soon.
+    program.prefix_hits.store(hits / 2, std::memory_order_relaxed);
+    program.prefix_misses.store(misses / 2, std::memory_order_relaxed);
+  }
+}
+
+bool holds_prefix(const ReadyProgram& program) {
+  return fusion::Policy::prefix_holds(program.prefix_hits.load(std::memory_order_relaxed),
+                                      program.prefix_misses.load(std::memory_order_relaxed),
+                                      active_hold_min_missed_ops(), active_hold_miss_ratio());
+}
+
 bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }
 
 void guard_policy_changed(const fusion::Policy& policy) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   for (auto& [key, rp] : r.ready) {
+    rp->prefix_hits = 0;  // every program holds again under the new policy
+    rp->prefix_misses = 0;
     if (!policy.guard.enabled) {  // no guard: every program runs fused
       rp->guard.reset();
       rp->on_trial = false;

@@ -41,7 +41,17 @@ struct ReadyProgram {
   // A key demoted on tier 1's figures is re-tried once as soon as a tier-2 kernel of its
   // arrives (built, to be tried against tier 1, or accepted).
   std::atomic<bool> tier2_retried{false};
+  // Ops of the key's occurrences, and ops held for it that went on differently: whether
+  // the program still holds segment starts (Policy::holds_prefix).
+  std::atomic<uint64_t> prefix_hits{0};
+  std::atomic<uint64_t> prefix_misses{0};
 };
+
+// Counts an occurrence of the program's key (hit: its length in ops) or `ops` ops held
+// for it that went on differently (miss); both halve at Policy::prefix_decay_at.
+void note_prefix(ReadyProgram& program, bool hit, uint64_t ops);
+// Whether the program may hold the first ops of a segment that starts like it.
+bool holds_prefix(const ReadyProgram& program);
 
 struct Registry {
   std::mutex mutex;
@@ -54,7 +64,8 @@ Registry& registry();
 
 // The controller's counters (trace/counters.h: neuron_eager.counters() lists them).
 extern trace::Counter g_programs, g_segments_fused, g_ops_fused_segments, g_ops_tile_groups,
-    g_ops_per_op, g_divergences, g_blacklisted, g_failures;
+    g_ops_per_op, g_divergences, g_blacklisted, g_failures, g_prefix_skips,
+    g_settles, g_settled_ops;
 extern std::atomic<int> g_open_windows;  // streams holding ops in their window
 
 // Adaptive mode, and no deterministic algorithms asked for.

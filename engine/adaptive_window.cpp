@@ -60,7 +60,10 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
           break;
         }
       std::erase_if(state.candidates, [](const std::shared_ptr<ReadyProgram>& c) {
-        return c->per_op.load(std::memory_order_relaxed);
+        if (c->per_op.load(std::memory_order_relaxed)) return true;
+        if (holds_prefix(*c)) return false;
+        ++g_prefix_skips;  // its prefix mostly goes on differently: not worth the delay
+        return true;
       });
     }
     if (!state.candidates.empty() && !state.holding) {
@@ -69,7 +72,9 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
     }
   } else if (state.holding) {
     std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
-      return c->signatures.size() <= position || c->signatures[position] != signature;
+      const bool differs = c->signatures.size() <= position || c->signatures[position] != signature;
+      if (differs) note_prefix(*c, false, position);
+      return differs;
     });
     if (state.candidates.empty()) {
       ++g_divergences;
@@ -118,7 +123,10 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
   // Candidates whose words differ from the ops so far can never match: drop them.
   const std::vector<int64_t> words = state.segmenter.open_op_words();
   std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
-    return words.size() > c->words.size() || !std::equal(words.begin(), words.end(), c->words.begin());
+    const bool differs = words.size() > c->words.size() ||
+                         !std::equal(words.begin(), words.end(), c->words.begin());
+    if (differs) note_prefix(*c, false, position + 1);
+    return differs;
   });
   if (state.candidates.empty()) {
     ++g_divergences;

@@ -217,7 +217,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Bo
       work->out_refused = &info.out_refused;
     }
     backend::Stream& stream = current_stream(device);
-    if (observe) {
+    if (observe && !settled_op(device, stream.id())) {
       work->seq = next_seq();
       work->core = static_cast<uint8_t>(device);
       work->stream = static_cast<uint16_t>(stream.id());

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "backend/op_work.h"
 #include "backend/runtime.h"
@@ -64,6 +65,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     return;
   }
   const uint64_t count = observe_segment(*s, core, stream);
+  const bool partial = std::exchange(ss.partial, false);
   if (trace::recording()) emit_replay_cut(core, stream, reason, &*s, alive);
   // Liveness of each op's outputs, for the planner.
   size_t k = 0;
@@ -71,13 +73,49 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     op.alive.assign(op.outputs.size(), true);
     for (size_t o = 0; o < op.outputs.size(); ++o, ++k) op.alive[o] = k < alive.size() ? alive[k] : true;
   }
-  adaptive_cut(ss, *s, count, core, stream);
+  adaptive_cut(ss, *s, count, core, stream, partial);
   // Only now, with the held ops queued: a storage freed here is reused after they ran.
   ss.pinned.clear();
   ss.identities.clear();
 }
 
+// A settled stretch begins: the open segment's ops are dropped from the record (held ones
+// queued per op first) and the segmenter starts afresh, so nothing of before the stretch
+// joins a segment after it.
+void begin_stretch_locked(StreamState& ss, c10::DeviceIndex core, int64_t stream) {
+  if (ss.holding || !ss.window.empty()) enqueue_per_op(ss, core, stream);
+  ss.candidates.clear();
+  ss.trial_span.reset();
+  ss.released = 0;
+  ss.released_extern = 0;
+  ss.outputs.clear();
+  ss.plan.clear();
+  ss.viewed.clear();
+  ss.pinned.clear();
+  ss.identities.clear();
+  ss.segmenter = trace::Segmenter(current_segment_policy());
+  ss.partial = true;
+  ss.stretch_open = true;
+}
+
 }  // namespace
+
+bool settled_op(c10::DeviceIndex core, int64_t stream) {
+  StreamState& ss = stream_state(core, stream);
+  if (ss.settled_ops.load(std::memory_order_relaxed) == 0) return false;
+  std::lock_guard lock(ss.mutex);
+  if (ss.settled_ops.load(std::memory_order_relaxed) == 0) return false;
+  if (trace::recording() || any_compiled_region() || mode() != Mode::kAdaptive) {
+    ss.settled_ops = 0;  // a trace or a compiled region needs every op recorded
+    ss.stretch_open = false;
+    return false;
+  }
+  if (!ss.stretch_open) begin_stretch_locked(ss, core, stream);
+  if (ss.settled_ops.fetch_sub(1, std::memory_order_relaxed) == 1) ss.stretch_open = false;
+  ++g_ops_per_op;
+  ++g_settled_ops;
+  return true;
+}
 
 trace::TraceCache& trace_cache() {
   static auto* cache = new trace::TraceCache(fusion::Policy{}.hot_threshold);
@@ -101,6 +139,7 @@ void note_view(const at::Tensor& base) {
   const c10::DeviceIndex core = base.device().index();
   StreamState* st = find_stream_state(core, current_stream_id(core));
   if (st == nullptr) return;
+  if (st->settled_ops.load(std::memory_order_relaxed) > 0) return;  // nothing is recorded
   std::lock_guard lock(st->mutex);
   const uint64_t id = reinterpret_cast<uint64_t>(base.storage().unsafeGetStorageImpl());
   if (std::find(st->viewed.begin(), st->viewed.end(), id) == st->viewed.end()) st->viewed.push_back(id);

@@ -26,6 +26,10 @@ uint64_t next_seq();
 // Before an op is queued: emits its dispatch event and feeds the segmenter. In adaptive
 // mode the controller takes the work (queues it, holds it in the window while it matches
 // a ready segment, or launches the fused segment) and work is left empty.
+// Whether the op about to be noted on (core, stream) passes unrecorded: the stream is
+// settled (Policy::settle_cuts) and neither a trace nor a compiled region needs its ops.
+// The caller then queues the op as in eager mode.
+bool settled_op(c10::DeviceIndex core, int64_t stream);
 void note_dispatch(std::unique_ptr<backend::OpWork>& work, const OpInfo& info,
                    c10::DeviceIndex core, int64_t stream, uint64_t start_ns,
                    const std::vector<at::Tensor>& fresh_outputs);
@@ -66,6 +70,12 @@ uint64_t active_hot_threshold();
 uint32_t active_region_max_programs();
 // The policy's queue_max_ops: the backpressure bound on items queued per stream.
 int64_t active_queue_max_ops();
+// The policy's hold_min_missed_ops and hold_miss_ratio (when a ready program stops holding).
+uint32_t active_hold_min_missed_ops();
+double active_hold_miss_ratio();
+// The policy's settle_cuts, and the ops of a stream's round-th settled stretch in a row.
+uint32_t active_settle_cuts();
+uint32_t active_settle_stretch(uint32_t round);
 void set_active_policy(const fusion::Policy& policy);
 // Set by the bindings: the Python stack of the calling thread, or "" outside Python.
 void set_stack_capture(std::string (*capture)());

@@ -33,6 +33,11 @@ void restart_segmenters() {
       if (!slot) continue;
       std::lock_guard lock(slot->mutex);
       slot->segmenter = trace::Segmenter(current_segment_policy());
+      // A new policy: every stream records again and settles by the new settings.
+      slot->settled_ops = 0;
+      slot->stretch_open = false;
+      slot->idle_cuts = 0;
+      slot->settle_round = 0;
     }
 }
 

@@ -3,6 +3,7 @@
 // and in adaptive mode the window of held ops and the plan of each op.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -42,6 +43,17 @@ struct StreamState {
   trace::Segment cut_segment;
   // The open segment's start marker, when a key on trial may be starting (adaptive_guard.h).
   std::shared_ptr<TrialSpan> trial_span;
+  // Settling (Policy::settle_cuts): cuts in a row that fused nothing and had nothing to
+  // decide, stretches settled in a row, and ops of this stretch still to pass unrecorded
+  // (read without the lock by settled_op). stretch_open: the stretch has begun (the open
+  // segment dropped, the segmenter started afresh). partial: the segmenter restarted at
+  // an arbitrary op, so its first segment is a fragment: observed, never planned, and
+  // neutral for settling.
+  uint32_t idle_cuts = 0;
+  uint32_t settle_round = 0;
+  std::atomic<uint32_t> settled_ops{0};
+  bool stretch_open = false;
+  bool partial = false;
   explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
 };
 
@@ -62,8 +74,9 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
 // program is launched at once instead of waiting for the cut.
 void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t stream);
 // A segment closed: launch it fused, or queue held ops per op; compile hot keys.
+// partial: the segment is the fragment after a restart of the segmenter (never planned).
 void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
-                  c10::DeviceIndex core, int64_t stream);
+                  c10::DeviceIndex core, int64_t stream, bool partial);
 // A view of base was created: its storage stays observable even if base dies.
 void note_view(const at::Tensor& base);
 // How an op would take part in a fused program.

@@ -5,6 +5,7 @@
 // from Python; correctness never depends on these values.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,6 +46,25 @@ struct Policy {
   bool specialize_shapes = true;      // one program per shape (false: shape-generic)
   Tier tier = Tier::kAuto;
   uint32_t min_fusible_ops = 2;       // smaller groups stay per op
+  // Holding a segment's first ops for a ready program whose first ops they match delays
+  // them; when the stream goes on differently (a key that only occurs at host reads,
+  // beside a loop body that starts alike) they run per op late. A program stops holding
+  // once the ops held for it that went on differently outnumber the ops of its key's
+  // occurrences hold_miss_ratio times over, after hold_min_missed_ops such ops; its key's
+  // occurrences keep counting (both figures halve after 64 x hold_min_missed_ops), so a
+  // key that becomes common holds again.
+  uint32_t hold_min_missed_ops = 256;
+  double hold_miss_ratio = 4.0;
+  // Settling: after settle_cuts cuts in a row on a stream that fused nothing and had
+  // nothing to decide (keys demoted by the guard, rejected, or seen for the first time),
+  // the stream stops recording for a stretch of ops: its ops go straight to the queue as
+  // in eager mode, so a workload fusion cannot help pays almost nothing for adaptive mode.
+  // The stretch starts at settle_first_ops and doubles each time recording resumes and
+  // finds nothing to do, up to settle_max_ops; a cut that fused or had something to
+  // decide resets it. 0 settle_cuts: always record.
+  uint32_t settle_cuts = 8;
+  uint32_t settle_first_ops = 64;
+  uint32_t settle_max_ops = 4096;
   // Tile groups over fewer elements stay per op: their operands fit in cache, so tiling
   // saves no traffic, while holding the ops until the cut costs the host/device overlap.
   uint64_t min_group_elements = 65536;
@@ -110,6 +130,22 @@ struct Policy {
   uint64_t native_retry_delay_ns(uint32_t failures) const;
   // Elements per tile of a tier-2 pointwise kernel over numel elements.
   int64_t native_tile(int64_t numel) const;
+  // Whether a ready program still holds the first ops of segments that start like it,
+  // after its key's occurrences counted `hit_ops` ops and `missed_ops` ops held for it
+  // went on differently (see hold_min_missed_ops).
+  bool holds_prefix(uint64_t hit_ops, uint64_t missed_ops) const {
+    return prefix_holds(hit_ops, missed_ops, hold_min_missed_ops, hold_miss_ratio);
+  }
+  static bool prefix_holds(uint64_t hits, uint64_t misses, uint32_t min_misses, double miss_ratio) {
+    return misses < min_misses || static_cast<double>(misses) <= miss_ratio * static_cast<double>(hits);
+  }
+  // The count of hits plus misses at which both halve.
+  static uint64_t prefix_decay_at(uint32_t min_misses) { return uint64_t{64} * (min_misses > 0 ? min_misses : 1); }
+  // Ops a stream lets pass unrecorded in its n-th settled stretch in a row (n >= 0).
+  static uint32_t settle_stretch(uint32_t first_ops, uint32_t max_ops, uint32_t n) {
+    const uint64_t ops = static_cast<uint64_t>(first_ops) << std::min<uint32_t>(n, 32);
+    return static_cast<uint32_t>(std::min<uint64_t>(ops, std::max(first_ops, max_ops)));
+  }
 };
 
 // Ops that end a segment when cut_after_matmul is on (the engine and replay share it).

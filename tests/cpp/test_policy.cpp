@@ -204,3 +204,38 @@ TEST(Policy, LoopCutMinOpsDefaultsToHalfTheMaximumLength) {
   EXPECT_FALSE(parse_policy("loop_cut_min_ops = 5000\n", "f", error));
   EXPECT_NE(error.find("0..4096"), std::string::npos) << error;
 }
+
+TEST(Policy, PrefixHoldStopsOnlyWhenMissedOpsOutnumberHitOps) {
+  Policy p;  // defaults: 256 missed ops before the ratio 4 applies
+  EXPECT_TRUE(p.holds_prefix(0, 255));       // too few missed ops to judge
+  EXPECT_FALSE(p.holds_prefix(0, 256));      // a prefix that never became its key
+  EXPECT_TRUE(p.holds_prefix(64, 256));      // 4 missed ops per op of the key: still held
+  EXPECT_FALSE(p.holds_prefix(64, 257));
+  EXPECT_TRUE(p.holds_prefix(100000, 300000));
+  EXPECT_EQ(Policy::prefix_decay_at(256), 16384u);
+  EXPECT_EQ(Policy::prefix_decay_at(0), 64u);
+  std::string error;
+  auto q = parse_policy("hold_min_missed_ops = 0\nhold_miss_ratio = 0\n", "test", error);
+  ASSERT_TRUE(q) << error;
+  EXPECT_TRUE(q->holds_prefix(0, 0));   // nothing missed: holds
+  EXPECT_FALSE(q->holds_prefix(9, 1));  // ratio 0: the first miss stops it
+  EXPECT_FALSE(parse_policy("hold_miss_ratio = -1\n", "f", error));
+  EXPECT_NE(error.find("0..1000000"), std::string::npos) << error;
+}
+
+TEST(Policy, SettledStretchesDoubleUpToTheirBound) {
+  Policy p;
+  EXPECT_EQ(Policy::settle_stretch(p.settle_first_ops, p.settle_max_ops, 0), 64u);
+  EXPECT_EQ(Policy::settle_stretch(p.settle_first_ops, p.settle_max_ops, 1), 128u);
+  EXPECT_EQ(Policy::settle_stretch(p.settle_first_ops, p.settle_max_ops, 6), 4096u);
+  EXPECT_EQ(Policy::settle_stretch(p.settle_first_ops, p.settle_max_ops, 7), 4096u);
+  EXPECT_EQ(Policy::settle_stretch(64, 4096, 1000), 4096u);  // no overflow
+  EXPECT_EQ(Policy::settle_stretch(100, 10, 3), 100u);       // a bound below the start: the start
+  std::string error;
+  auto q = parse_policy("settle_cuts = 0\nsettle_first_ops = 1\nsettle_max_ops = 1000000000\n",
+                        "test", error);
+  ASSERT_TRUE(q) << error;
+  EXPECT_EQ(q->settle_cuts, 0u);
+  EXPECT_FALSE(parse_policy("settle_first_ops = 0\n", "f", error));
+  EXPECT_NE(error.find("1..1000000000"), std::string::npos) << error;
+}

@@ -1,0 +1,171 @@
+"""Adaptive mode pays nothing where fusion cannot help (issue 21): a stream whose cuts fuse
+nothing and decide nothing stops recording for stretches of ops (Policy::settle_cuts), and
+a ready program whose held prefix mostly goes on differently stops holding segment starts
+(Policy::hold_min_missed_ops). Results equal CPU eager's either way; the rules themselves
+are unit-tested in tests/cpp/test_policy.cpp."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+import neuron_eager
+from neuron_eager import trace as ntrace
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "python"))
+
+
+@pytest.fixture
+def adaptive():
+    previous = neuron_eager.get_mode()
+    neuron_eager.set_mode("adaptive")
+    neuron_eager.reset_fusion_state()
+    yield
+    neuron_eager.set_mode(previous)
+    neuron_eager.set_policy("default")
+    neuron_eager.reset_fusion_state()
+
+
+def body(x, w):
+    return ((x * w + 1).sigmoid() - x).mul(0.5).tanh()
+
+
+def loop(device, iterations, rows=lambda i: 64, read_every=25):
+    torch.manual_seed(0)
+    w = torch.randn(64).to(device)
+    out, reads = [], []
+    for i in range(iterations):
+        x = torch.linspace(-2, 2, rows(i) * 64).reshape(rows(i), 64).to(device)
+        y = body(x, w)
+        out.append(y)
+        if (i + 1) % read_every == 0:
+            reads.append(y.sum().item())
+    return [t.cpu() for t in out[-5:]], reads
+
+
+# Every hot key fails the cost gate (no saving expected): nothing ever fuses. (The
+# built-in "never" policy instead never lets a key get hot; its recurring cold keys keep
+# the stream recording.)
+NOTHING_FUSES = {"expected_repeats": 0}
+
+
+def equal(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_stream_with_nothing_to_fuse_settles_and_stays_exact(adaptive):
+    cpu = loop("cpu", 300)
+    neuron_eager.set_policy(NOTHING_FUSES)
+    neuron_eager.reset_counters()
+    got = loop("neuron", 300)
+    c = neuron_eager.counters()
+    assert equal(got[0], cpu[0]) and got[1] == cpu[1]
+    assert c["settled_stretches"] >= 2, c
+    # 300 iterations of 7 ops: all but the few cuts each stretch needs to settle again.
+    assert c["ops_settled"] >= 0.6 * c["ops_queued"], c
+    assert c["segments_fused"] == 0, c
+
+
+def test_settle_cuts_zero_records_every_op(adaptive):
+    neuron_eager.set_policy({**NOTHING_FUSES, "settle_cuts": 0})
+    neuron_eager.reset_counters()
+    loop("neuron", 200)
+    assert neuron_eager.counters()["ops_settled"] == 0
+
+
+def test_a_fusing_stream_never_settles(adaptive):
+    # Guard off: every hot key runs fused, so every cut of the loop is productive.
+    neuron_eager.set_policy({"guard": False, "min_group_elements": 0})
+    cpu = loop("cpu", 300)
+    neuron_eager.reset_counters()
+    got = loop("neuron", 300)
+    c = neuron_eager.counters()
+    assert equal(got[0], cpu[0]) and got[1] == cpu[1]
+    assert c["segments_fused"] > 200, c
+    assert c["ops_settled"] == 0, c
+
+
+def test_a_trace_sees_every_op_even_where_the_stream_would_settle(adaptive, tmp_path):
+    neuron_eager.set_policy(NOTHING_FUSES)
+    loop("neuron", 100)  # settled by now
+    neuron_eager.reset_counters()
+    path = str(tmp_path / "t.ntrace")
+    with ntrace.record(path):
+        loop("neuron", 100)
+    c = neuron_eager.counters()
+    assert c["ops_settled"] == 0, c
+    from neuron_eager.trace import format as tformat
+    t = tformat.load(path)
+    assert len(t.of_kind(tformat.OP_DISPATCH)) == c["ops_dispatched"]
+    assert len(t.of_kind(tformat.SEGMENT_CUT)) > 0
+
+
+def test_a_settled_stream_fuses_a_new_loop_soon(adaptive):
+    # Phase 1: a new shape every iteration, so every key is new: the stream settles.
+    # Phase 2: a fixed-shape loop that fuses (guard off): recording resumes after the
+    # stretch in progress and the loop's key becomes hot and runs fused.
+    neuron_eager.set_policy({"guard": False, "min_group_elements": 0})
+    neuron_eager.reset_counters()
+    loop("neuron", 60, rows=lambda i: 8 + i)
+    c = neuron_eager.counters()
+    assert c["settled_stretches"] >= 1, c
+    cpu = loop("cpu", 300)
+    neuron_eager.reset_counters()
+    got = loop("neuron", 300)
+    c = neuron_eager.counters()
+    assert equal(got[0], cpu[0]) and got[1] == cpu[1]
+    # At most the longest stretch phase 1 reached (a few hundred ops) plus the
+    # occurrences before the key is hot run per op; the rest runs fused.
+    assert c["ops_in_fused_segments"] >= 0.6 * c["ops_queued"], c
+
+
+def robust_program_cell_3():
+    """A seeded program of bench/python/robust.py (seed 8686, cell 3): its loop body starts
+    like the short segment cut at each host read, which occurs once per 500 iterations."""
+    import robust
+    from robust_programs import make_program
+
+    class Args:
+        seed, tiny, cells, workloads = 8686, False, 29, []
+        sizes = [robust.parse_size(s) for s in robust.DEFAULT_SIZES.split(",")]
+        reads = [1, 10, 100, 500]
+
+    cell = robust.build_cells(Args)[3]
+    assert cell["reads"] == 500
+    return cell["program"], make_program
+
+
+def run_prefix_case(policy):
+    spec, make_program = robust_program_cell_3()
+    neuron_eager.set_policy(policy)
+    neuron_eager.reset_fusion_state()
+    step, read, result = make_program(spec, "neuron")
+    for i in range(200):
+        step(i)
+        if (i + 1) % 50 == 0:
+            read()
+    neuron_eager.reset_counters()
+    for i in range(1000):
+        step(i)
+        if (i + 1) % 500 == 0:
+            read()
+    read()
+    return neuron_eager.counters(), result()
+
+
+def test_a_prefix_that_rarely_becomes_its_key_stops_holding(adaptive):
+    # The guard demotes the loop's key (fused must win by half: it cannot), so each
+    # iteration's start matches only the rare read-time key's prefix, held in vain.
+    base = {"settle_cuts": 0, "guard_margin": 0.5, "guard_min_pairs": 1, "guard_max_pairs": 2,
+            "guard_retry_after": 1000000000}
+    ruled, r1 = run_prefix_case(base)
+    unruled, r2 = run_prefix_case({**base, "hold_min_missed_ops": 1000000})
+    assert unruled["divergences"] >= 500, unruled      # held and released about every iteration
+    assert ruled["prefix_holds_skipped"] >= 500, ruled
+    assert ruled["divergences"] <= 100, ruled
+    for a, b in zip(torch.utils._pytree.tree_leaves(r1), torch.utils._pytree.tree_leaves(r2)):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a.cpu(), b.cpu())
+        else:
+            assert a == b
