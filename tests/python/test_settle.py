@@ -7,7 +7,6 @@ are unit-tested in tests/cpp/test_policy.cpp."""
 import os
 import sys
 
-import pytest
 import torch
 
 import neuron_eager
@@ -15,16 +14,7 @@ from neuron_eager import trace as ntrace
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "python"))
 
-
-@pytest.fixture
-def adaptive():
-    previous = neuron_eager.get_mode()
-    neuron_eager.set_mode("adaptive")
-    neuron_eager.reset_fusion_state()
-    yield
-    neuron_eager.set_mode(previous)
-    neuron_eager.set_policy("default")
-    neuron_eager.reset_fusion_state()
+from test_guard import adaptive  # noqa: E402,F401  (the fixture: adaptive mode, fresh fusion state)
 
 
 def body(x, w):
