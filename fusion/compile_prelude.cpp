@@ -63,7 +63,7 @@ void CompilePrelude::prepare(const NativeOptions& o, const std::string& identity
   std::vector<std::string> argv = {o.compiler};
   argv.insert(argv.end(), o.flags.begin(), o.flags.end());
   argv.insert(argv.end(), {"-fPIC", "-x", "c++-header", header, "-o", tmp});
-  const int status = run_process(argv, log, o.compile_timeout_ms);
+  const int status = run_process(argv, log, o.compile_timeout_ms, {tmp});
   fs::remove(log, ec);
   if (status != 0 || !fs::exists(tmp, ec)) {
     fs::remove(tmp, ec);

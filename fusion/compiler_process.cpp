@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 #include "fusion/atomic_file.h"
 
@@ -19,12 +22,65 @@ extern char** environ;
 namespace {
 // How long a build runs at nice 19 before its priority rises (run_process).
 constexpr std::chrono::milliseconds kEscalateAfter{1000};
+
+// Compilers running now (their process groups) and the files they write. A process that
+// exits with a build in flight (builds run in the background and never hold up an exit)
+// kills them and removes those files: otherwise the compiler would finish on its own and
+// leave its temporaries in the cache folder for good.
+struct Running {
+  pid_t group;
+  std::vector<std::string> files;
+};
+
+std::mutex& running_mutex() {
+  static auto* m = new std::mutex();  // never destroyed: used by the exit handler
+  return *m;
+}
+
+std::vector<Running>& running() {
+  static auto* r = new std::vector<Running>();
+  return *r;
+}
+
+// Set by the exit handler: a build thread whose compiler it killed must not go on into a
+// process whose statics are being destroyed; it parks until the process is gone.
+std::atomic<bool> exiting{false};
+
+void stop_running_builds() {
+  exiting.store(true);
+  std::lock_guard lock(running_mutex());
+  for (const Running& r : running()) kill(-r.group, SIGKILL);
+  for (const Running& r : running()) {
+    // The build thread may reap it first (then ECHILD at once).
+    while (waitpid(r.group, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    for (const auto& f : r.files) ::unlink(f.c_str());
+  }
+  running().clear();
+}
+
+void note_running(pid_t group, std::vector<std::string> files) {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(stop_running_builds); });
+  std::lock_guard lock(running_mutex());
+  running().push_back({group, std::move(files)});
+}
+
+void note_finished(pid_t group) {
+  {
+    std::lock_guard lock(running_mutex());
+    auto& r = running();
+    r.erase(std::remove_if(r.begin(), r.end(), [&](const Running& x) { return x.group == group; }),
+            r.end());
+  }
+  while (exiting.load()) ::pause();
+}
 }  // namespace
 
 namespace neuron::fusion {
 
 int run_process(const std::vector<std::string>& argv, const std::string& log_path,
-                uint64_t timeout_ms) {
+                uint64_t timeout_ms, const std::vector<std::string>& outputs) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -44,6 +100,13 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return -1;
+  std::vector<std::string> files = outputs;
+  files.push_back(log_path);
+  note_running(pid, std::move(files));
+  struct Finished {
+    pid_t group;
+    ~Finished() { note_finished(group); }
+  } finished{pid};
   // The compiler is background work: at the lowest priority it takes only a core nobody
   // else wants, never the host's or a worker's (on 2 cores a tier-2 build used to slow
   // every op of the process for its seconds). Set before the driver starts cc1plus. But
@@ -104,7 +167,7 @@ int compile_shared_object(const std::string& compiler, const std::vector<std::st
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"-shared", "-fPIC", "-o", out_path, source_path});
   argv.insert(argv.end(), link_flags.begin(), link_flags.end());
-  return run_process(argv, log_path, timeout_ms);
+  return run_process(argv, log_path, timeout_ms, {out_path});
 }
 
 std::string last_lines(const std::string& text, int lines) {

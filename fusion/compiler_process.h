@@ -12,9 +12,10 @@ inline constexpr int kProcessTimedOut = -2;
 
 // Runs argv with stdout and stderr sent to log_path; returns the exit status (-1: could
 // not start; kProcessTimedOut: still running after timeout_ms (0: no limit), its whole
-// process group was killed).
+// process group was killed). outputs: files it writes, removed (with the log) if this
+// process exits while it runs.
 int run_process(const std::vector<std::string>& argv, const std::string& log_path,
-                uint64_t timeout_ms = 0);
+                uint64_t timeout_ms = 0, const std::vector<std::string>& outputs = {});
 // The first line `compiler --version` prints, or "unknown compiler NAME".
 std::string compiler_version(const std::string& compiler);
 // Builds the shared object out_path from source_path (`compiler flags -shared -fPIC -o

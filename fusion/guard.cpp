@@ -120,7 +120,7 @@ GuardReport KeyGuard::decide_locked() {
   r.ratio = median(ratios);
   r.fused_median_ns = static_cast<uint64_t>(median(fused));
   r.per_op_median_ns = static_cast<uint64_t>(median(per_op));
-  const bool fast_enough = r.ratio <= 1.0 - settings_.margin;
+  const bool fast_enough = settings_.margin < 1.0 && r.ratio <= 1.0 - settings_.margin;
   if (n >= settings_.early_pairs && all_early_losses) r.verdict = GuardVerdict::kDemote;
   else if (n >= settings_.min_pairs && sign_test_tail(n, wins) <= settings_.alpha && fast_enough)
     r.verdict = GuardVerdict::kKeep;

@@ -29,6 +29,17 @@ fusion::GuardReport run_trial(KeyGuard& g, uint64_t fused_ns, uint64_t per_op_ns
 
 }  // namespace
 
+TEST(Guard, AMarginOfOneKeepsNothing) {
+  fusion::GuardSettings s;
+  s.margin = 1.0;
+  KeyGuard g(7, s);
+  g.start_trial();
+  auto r = run_trial(g, 1, 1000000);  // fused a million times faster: still not kept
+  EXPECT_NE(r.verdict, GuardVerdict::kKeep);
+  EXPECT_NE(r.verdict, GuardVerdict::kNone);
+  EXPECT_EQ(g.next_mode(), RunMode::kPerOp);
+}
+
 TEST(Guard, SignTestTail) {
   EXPECT_DOUBLE_EQ(fusion::sign_test_tail(6, 6), 1.0 / 64);
   EXPECT_DOUBLE_EQ(fusion::sign_test_tail(6, 5), 7.0 / 64);

@@ -245,6 +245,30 @@ def test_hung_compiler_is_killed_and_tier1_keeps_running(tmp_path):
         assert left.stdout.strip() == "", (pattern, left.stdout)
 
 
+def test_exit_during_a_build_kills_the_compiler_and_removes_its_files(tmp_path):
+    """A process that exits while its compiler runs (builds never hold up an exit) kills
+    the compiler's process group and removes the files it was writing: nothing is left in
+    the cache folder for a later open to collect."""
+    slow = tmp_path / "slow-c++"
+    slow.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'slow c++ 1.0'; exit 0; fi\n"
+                    "while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=\"$2\"; shift; done\n"
+                    f"echo partial > \"$out\"; touch {tmp_path}/started\n"
+                    "sleep 617 &\nwait\n")
+    slow.chmod(0o755)
+    # Four steps: the key is hot after two, its build starts, and the workload exits
+    # (without waiting for builds) while the compiler sleeps.
+    r, p = run_workload(tmp_path, "--steps", "4",
+                        env={"NEURON_CXX": str(slow), "NEURON_PRELUDE_DIR": "off"})
+    assert r["equal"], r
+    assert (tmp_path / "started").exists(), r
+    left = [n.name for n in (tmp_path / "native-v1").iterdir() if ".tmp." in n.name]
+    assert left == []
+    for pattern in (str(slow), "sleep 617"):
+        alive = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        assert alive.stdout.strip() == "", (pattern, alive.stdout)
+
+
 def test_bad_compile_timeout_is_one_clear_error():
     r = subprocess.run([sys.executable, "-c", "import torch; torch.neuron.device_count()"],
                        env={**os.environ, "NEURON_COMPILE_TIMEOUT_S": "soon"},

@@ -145,14 +145,16 @@ def run_prefix_case(policy):
 
 
 def test_a_prefix_that_rarely_becomes_its_key_stops_holding(adaptive):
-    # The guard demotes the loop's key (fused must win by half: it cannot), so each
+    # The guard demotes the loop's key (a margin of 1: no program is ever kept), so each
     # iteration's start matches only the rare read-time key's prefix, held in vain.
-    base = {"settle_cuts": 0, "guard_margin": 0.5, "guard_min_pairs": 1, "guard_max_pairs": 2,
+    base = {"settle_cuts": 0, "guard_margin": 1, "guard_min_pairs": 1, "guard_max_pairs": 2,
             "guard_retry_after": 1000000000}
     ruled, r1 = run_prefix_case(base)
     unruled, r2 = run_prefix_case({**base, "hold_min_missed_ops": 1000000})
-    assert unruled["divergences"] >= 500, unruled      # held and released about every iteration
-    assert ruled["prefix_holds_skipped"] >= 500, ruled
+    # Held and released every other iteration (a release's ops and the next iteration's
+    # start go into one segment): 499 of 1000 here, the same in every run.
+    assert unruled["divergences"] >= 400, unruled
+    assert ruled["prefix_holds_skipped"] >= 400, ruled
     assert ruled["divergences"] <= 100, ruled
     for a, b in zip(torch.utils._pytree.tree_leaves(r1), torch.utils._pytree.tree_leaves(r2)):
         if isinstance(a, torch.Tensor):
