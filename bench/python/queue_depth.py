@@ -34,7 +34,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_common import write_json  # noqa: E402
-from robust import NOISY_CORES, run_measured  # noqa: E402
+from robust_report import NOISY_CORES  # noqa: E402
+from robust_runs import run_measured  # noqa: E402
 
 MODES = ("eager", "adaptive")
 GIB = 1024 ** 3

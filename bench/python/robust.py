@@ -57,12 +57,9 @@ through the allowed size and read combinations); workloads take reads up to 10.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -70,18 +67,18 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_common import write_json  # noqa: E402
-from robust_programs import (KIB, MIB, fmt_size, gen_program, make_program, parse_size,  # noqa: E402
+from robust_programs import (KIB, MIB, fmt_size, gen_program, parse_size,  # noqa: E402
                              read_limit)
-from robust_workloads import PREAMBLE, make_workload, workload_bytes  # noqa: E402
+from robust_report import (NOISY_CORES, print_row, print_summary, summarize,  # noqa: E402
+                           warmup_violations)
+from robust_runs import bits_equal, child, run_child  # noqa: E402
+from robust_workloads import workload_bytes  # noqa: E402
 
 DEFAULT_SIZES = "16K,256K,2M,8M,64M"
 DEFAULT_READS = "1,10,100,500"
 DEFAULT_CELLS = 29
 WORKLOADS = ("mlp", "cnn", "transformer", "decode")
 CONFIGS = ("cpu", "eager", "cold", "warm")
-SLOW_RATIO = 0.95
-WARMUP_SLACK = 1.5
-NOISY_CORES = 0.3  # other work keeping more cores busy than this marks a cell noisy
 
 # --- cells and iteration plans ------------------------------------------------------------
 
@@ -137,169 +134,6 @@ def cell_name(c: dict) -> str:
             f"{len(p['ops'])}ops r{c['reads']}")
 
 
-# --- the child: one cell under one config -------------------------------------------------
-
-# --- the child: one cell under one config -------------------------------------------------
-
-def peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def child(cfg_path: str) -> None:
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    import torch
-
-    device = "cpu" if cfg["config"] == "cpu" else "neuron"
-    cell, plan = cfg["cell"], cfg["cell"]["plan"]
-
-    def make(small):
-        if "workload" in cell:
-            return make_workload(cell["workload"], 2 if small else 0 if cfg["tiny"] else 1,
-                                 device)
-        spec = cell["program"]
-        if small:  # 8 rows: no row count of the cell itself (those exceed rows/2 >= 8)
-            spec = dict(spec, rows=8, every=0, input_seed=spec["input_seed"] + 7)
-        return make_program(spec, device)
-
-    # Preamble: the cell's own code at a small size, twice. A fresh process pays lazy
-    # imports (Python meta kernels on neuron) and library set-up (oneDNN, MKL) on its
-    # first ops, seconds in all; that is not adaptive mode's warm-up, which is keyed by
-    # shapes the preamble never uses.
-    pre_step, pre_read, _ = make(True)
-    for i in range(PREAMBLE):
-        pre_step(i)
-    pre_read()
-    step, read, result = make(False)
-    if device != "cpu":
-        import neuron_eager
-        assert neuron_eager.get_mode() == cfg["mode"], (neuron_eager.get_mode(), cfg["mode"])
-        torch.neuron.synchronize()
-        neuron_eager.reset_counters()
-    reads = cell["reads"]
-    marks = [(0, time.perf_counter())]
-    for i in range(plan["iters"]):
-        step(i)
-        if (i + 1) % reads == 0:
-            read()  # a host read waits for the queued work
-            marks.append((i + 1, time.perf_counter()))
-    fig = {"marks": [(n, t - marks[0][1]) for n, t in marks], "peak_rss": peak_rss_bytes()}
-    if device != "cpu":
-        import neuron_eager
-        so = neuron_eager._C.__file__  # which build ran: others may reinstall meanwhile
-        fig["build"] = f"{os.path.getmtime(so):.0f}:{os.path.getsize(so)}"
-        fig["counters"] = neuron_eager.counters()
-        fig["max_memory_allocated"] = torch.neuron.max_memory_allocated()
-        if cfg["mode"] == "adaptive":
-            # The cold process leaves a complete cache for the warm one (not timed).
-            neuron_eager._C.native_wait_idle()
-    torch.save(result(), cfg["result_path"])
-    with open(cfg["fig_path"], "w") as f:
-        json.dump(fig, f)
-
-
-# --- the parent: figures from the marks ---------------------------------------------------
-
-
-def curve(marks: list, plan: dict) -> dict:
-    """ms per iteration over the warm-up windows and the steady blocks."""
-    at = dict(marks)
-
-    def per_iter(a, b):
-        return (at[b] - at[a]) / (b - a) * 1e3
-
-    w1, w2, block, iters = plan["w1"], plan["w2"], plan["block"], plan["iters"]
-    blocks = [per_iter(a, a + block) for a in range(w2, iters, block)]
-    later = blocks[1:] if len(blocks) >= 3 else blocks
-    return {"first_ms": per_iter(0, w1), "early_ms": per_iter(w1, w2) if w2 > w1 else None,
-            "steady_ms": statistics.median(later), "blocks_ms": blocks}
-
-
-def bits_equal(a, b) -> tuple[bool, str]:
-    """Bit-for-bit equality of two results (dicts of CPU tensors)."""
-    import torch
-
-    if set(a) != set(b):
-        return False, f"keys differ: {sorted(set(a) ^ set(b))}"
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    for k in a:
-        x, y = a[k], b[k]
-        if x.dtype != y.dtype or x.shape != y.shape:
-            return False, f"{k}: {x.dtype}{tuple(x.shape)} vs {y.dtype}{tuple(y.shape)}"
-        if x.is_floating_point():
-            xi = x.contiguous().view(ints[x.element_size()])
-            yi = y.contiguous().view(ints[y.element_size()])
-        else:
-            xi, yi = x, y
-        if not torch.equal(xi, yi):
-            diff = (xi != yi).sum().item()
-            detail = f"{k}: {diff} of {x.numel()} elements differ"
-            if x.is_floating_point():
-                detail += (f" (max abs diff {(x.double() - y.double()).abs().nan_to_num(0).max().item():.3g},"
-                           f" torch.equal {torch.equal(x, y)})")
-            return False, detail
-    return True, ""
-
-
-def busy_seconds() -> float:
-    """CPU seconds every core has spent busy so far (all processes on the machine)."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def children_seconds() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def run_measured(cmd, env, timeout):
-    """subprocess.run, plus the cores that other work on the machine kept busy meanwhile
-    (all busy time less this child's own CPU time, over its wall time)."""
-    busy0, kids0, t0 = busy_seconds(), children_seconds(), time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    others = (busy_seconds() - busy0 - (children_seconds() - kids0)) / max(wall, 1e-9)
-    return proc, wall, max(0.0, others)
-
-
-def run_child(cell: dict, config: str, work: str, cache_dir: str, tiny: bool,
-              timeout: float) -> dict:
-    tag = f"cell{cell['index']}_{config}"
-    cfg = {"cell": cell, "config": config, "tiny": tiny,
-           "mode": "eager" if config in ("cpu", "eager") else "adaptive",
-           "result_path": os.path.join(work, tag + ".pt"),
-           "fig_path": os.path.join(work, tag + ".json")}
-    cfg_path = os.path.join(work, tag + ".cfg.json")
-    with open(cfg_path, "w") as f:
-        json.dump(cfg, f)
-    env = dict(os.environ)
-    if config == "cpu":
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # plain PyTorch
-    else:
-        env["NEURON_EAGER_MODE"] = cfg["mode"]
-        env["NEURON_CACHE_DIR"] = cache_dir
-    try:
-        proc, wall, others = run_measured(
-            [sys.executable, os.path.abspath(__file__), "--child", cfg_path], env, timeout)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
-    if proc.returncode != 0:
-        return {"ok": False, "error": (proc.stderr or proc.stdout)[-1500:].strip()}
-    with open(cfg["fig_path"]) as f:
-        fig = json.load(f)
-    fig.update(ok=True, wall_s=wall, other_cores_busy=others, result_path=cfg["result_path"])
-    fig.update(curve(fig["marks"], cell["plan"]))
-    return fig
-
-
 def run_cell(cell: dict, work: str, args) -> dict:
     import torch
 
@@ -331,104 +165,6 @@ def run_cell(cell: dict, work: str, args) -> dict:
     row["noisy"] = row["other_cores_busy"] > NOISY_CORES
     shutil.rmtree(cache_dir, ignore_errors=True)
     return row
-
-
-def warmup_violations(runs: dict) -> list[str]:
-    """Adaptive's first and early windows against its own steady state (x1.5) and against
-    eager's same window."""
-    out = []
-    for c in ("cold", "warm"):
-        r = runs[c]
-        for w in ("first_ms", "early_ms"):
-            v, e = r[w], runs["eager"][w]
-            if v is None:
-                continue
-            if v > WARMUP_SLACK * r["steady_ms"]:
-                out.append(f"{c} {w[:-3]} {v:.3g} ms > {WARMUP_SLACK}x steady {r['steady_ms']:.3g}")
-            if v > e:
-                out.append(f"{c} {w[:-3]} {v:.3g} ms > eager's {e:.3g}")
-    return out
-
-
-def fmt_curve(r: dict) -> str:
-    early = "-" if r["early_ms"] is None else f"{r['early_ms']:.3g}"
-    return f"{r['first_ms']:.3g}/{early}/{r['steady_ms']:.3g}"
-
-
-def print_row(row: dict, total: int) -> None:
-    head = f"cell {row['index']} of {total}: {row['name']}"
-    if "error" in row:
-        print(f"{head}: ERROR {row['error'][:600]}", flush=True)
-        return
-    r = row["runs"]
-    bits = "bits ok" if row["bit_equal"] else "BIT MISMATCH " + "; ".join(
-        f"{c}: {b['detail']}" for c, b in row["bits"].items() if not b["equal"])
-    print(f"{head}\n    ms/iter cpu {r['cpu']['steady_ms']:.3g} eager {r['eager']['steady_ms']:.3g} "
-          f"adaptive {r['cold']['steady_ms']:.3g} (warm {r['warm']['steady_ms']:.3g})  "
-          f"adaptive/eager {row['adaptive_vs_eager']:.2f}x (warm {row['warm_vs_eager']:.2f}x)  "
-          f"adaptive/CPU {row['adaptive_vs_cpu']:.2f}x (warm {row['warm_vs_cpu']:.2f}x)\n"
-          f"    warm-up first/early/steady ms: eager {fmt_curve(r['eager'])}  "
-          f"cold {fmt_curve(r['cold'])}  warm {fmt_curve(r['warm'])}  "
-          f"{'ok' if not row['warmup_violations'] else 'SLOW START'}  {bits}"
-          + (f"\n    [noisy: other work kept {row['other_cores_busy']:.1f} cores busy]"
-             if row["noisy"] else "")
-          + ("\n    [the package was reinstalled between this cell's processes]"
-             if len(row["builds"]) > 1 else ""), flush=True)
-
-
-def summarize(rows: list[dict], seed: int) -> dict:
-    good = [r for r in rows if "error" not in r]
-    s = {"cells": len(rows), "failed": [r["name"] for r in rows if "error" in r]}
-    if good:
-        worst = min(good, key=lambda r: r["adaptive_vs_eager"])
-        big = [r["adaptive_vs_eager"] for r in good if r["size"] > MIB]
-        quiet = [r["adaptive_vs_eager"] for r in good if not r["noisy"]]
-        s.update(
-            noisy=[r["index"] for r in good if r["noisy"]],
-            median_adaptive_vs_eager_quiet=statistics.median(quiet) if quiet else None,
-            worst={"cell": worst["index"], "name": worst["name"],
-                   "adaptive_vs_eager": worst["adaptive_vs_eager"]},
-            worst_warm=min(r["warm_vs_eager"] for r in good),
-            median_adaptive_vs_eager=statistics.median(r["adaptive_vs_eager"] for r in good),
-            median_adaptive_vs_eager_over_1mib=statistics.median(big) if big else None,
-            median_adaptive_vs_cpu=statistics.median(r["adaptive_vs_cpu"] for r in good),
-            below_095=[r["index"] for r in good if r["adaptive_vs_eager"] < SLOW_RATIO],
-            warmup_violations={r["index"]: r["warmup_violations"] for r in good
-                               if r["warmup_violations"]},
-            bit_mismatches=[{"seed": seed, "cell": r["index"], "name": r["name"],
-                             "configs": {c: b["detail"] for c, b in r["bits"].items()
-                                         if not b["equal"]}}
-                            for r in good if not r["bit_equal"]])
-    return s
-
-
-def print_summary(s: dict, seed: int) -> None:
-    print(f"\n== robust.py seed {seed}: {s['cells']} cells "
-          f"({len(s['failed'])} failed{': ' + ', '.join(s['failed']) if s['failed'] else ''})")
-    if "worst" not in s:
-        return
-    w = s["worst"]
-    big = s["median_adaptive_vs_eager_over_1mib"]
-    print(f"worst cell (adaptive/eager, cold): {w['adaptive_vs_eager']:.2f}x  "
-          f"cell {w['cell']} ({w['name']}); worst warm {s['worst_warm']:.2f}x")
-    print(f"median adaptive/eager {s['median_adaptive_vs_eager']:.2f}x; over cells > 1 MiB "
-          f"{'n/a' if big is None else f'{big:.2f}x'}; median adaptive/CPU "
-          f"{s['median_adaptive_vs_cpu']:.2f}x")
-    print(f"cells below {SLOW_RATIO}: {len(s['below_095'])} {s['below_095']}")
-    if s["noisy"]:
-        q = s["median_adaptive_vs_eager_quiet"]
-        print(f"noisy cells (other work kept > {NOISY_CORES} cores busy during a process): "
-              f"{len(s['noisy'])} {s['noisy']}; median adaptive/eager without them "
-              f"{'n/a' if q is None else f'{q:.2f}x'}")
-    print(f"warm-up check (first/early window > {WARMUP_SLACK}x own steady or > eager's): "
-          f"{len(s['warmup_violations'])} cells" + ("" if not s["warmup_violations"] else ":"))
-    for i, v in s["warmup_violations"].items():
-        print(f"    cell {i}: " + "; ".join(v))
-    if s["bit_mismatches"]:
-        for m in s["bit_mismatches"]:
-            print(f"BIT MISMATCH seed {m['seed']} cell {m['cell']} ({m['name']}): {m['configs']}")
-    else:
-        print("every result equals CPU eager bit for bit")
 
 
 def parse_list(p, text: str, what: str, conv, lo, hi, lo_text, hi_text) -> list:
