@@ -50,6 +50,13 @@ def print_row(row: dict, total: int) -> None:
           f"    warm-up first/early/steady ms: eager {fmt_curve(r['eager'])}  "
           f"cold {fmt_curve(r['cold'])}  warm {fmt_curve(r['warm'])}  "
           f"{'ok' if not row['warmup_violations'] else 'SLOW START'}  {bits}"
+          + (f"\n    re-measured, {len(row['rounds_ms'])} rounds: adaptive/eager "
+             + " ".join(f"{r['eager'] / r['cold']:.2f}" for r in row["rounds_ms"])
+             + f" -> median {row['adaptive_vs_eager']:.2f}x (warm "
+             + " ".join(f"{r['eager'] / r['warm']:.2f}" for r in row["rounds_ms"])
+             + f" -> {row['warm_vs_eager']:.2f}x)" if "rounds_ms" in row else "")
+          + (f"\n    [re-measuring failed: {row['confirm_error'][:300]}]"
+             if "confirm_error" in row else "")
           + (f"\n    [noisy: other work kept {row['other_cores_busy']:.1f} cores busy]"
              if row["noisy"] else "")
           + ("\n    [the package was reinstalled between this cell's processes]"
@@ -73,6 +80,9 @@ def summarize(rows: list[dict], seed: int) -> dict:
             median_adaptive_vs_eager_over_1mib=statistics.median(big) if big else None,
             median_adaptive_vs_cpu=statistics.median(r["adaptive_vs_cpu"] for r in good),
             below_095=[r["index"] for r in good if r["adaptive_vs_eager"] < SLOW_RATIO],
+            remeasured={r["index"]: [round(r["first_adaptive_vs_eager"], 3),
+                                     round(r["adaptive_vs_eager"], 3)]
+                        for r in good if "rounds_ms" in r},
             warmup_violations={r["index"]: r["warmup_violations"] for r in good
                                if r["warmup_violations"]},
             bit_mismatches=[{"seed": seed, "cell": r["index"], "name": r["name"],
@@ -95,6 +105,9 @@ def print_summary(s: dict, seed: int) -> None:
           f"{'n/a' if big is None else f'{big:.2f}x'}; median adaptive/CPU "
           f"{s['median_adaptive_vs_cpu']:.2f}x")
     print(f"cells below {SLOW_RATIO}: {len(s['below_095'])} {s['below_095']}")
+    if s["remeasured"]:
+        print("re-measured (first round -> median of rounds): " + ", ".join(
+            f"cell {i} {a:.2f}->{b:.2f}x" for i, (a, b) in s["remeasured"].items()))
     if s["noisy"]:
         q = s["median_adaptive_vs_eager_quiet"]
         print(f"noisy cells (other work kept > {NOISY_CORES} cores busy during a process): "
