@@ -4,7 +4,9 @@ a ready program whose held prefix mostly goes on differently stops holding segme
 (Policy::hold_min_missed_ops). Results equal CPU eager's either way; the rules themselves
 are unit-tested in tests/cpp/test_policy.cpp."""
 
+import json
 import os
+import subprocess
 import sys
 
 import torch
@@ -144,20 +146,36 @@ def run_prefix_case(policy):
     return neuron_eager.counters(), result()
 
 
-def test_a_prefix_that_rarely_becomes_its_key_stops_holding(adaptive):
+def prefix_cases() -> dict:
+    """Both cases, one after the other in this process (run in a fresh one by the test)."""
     # The guard demotes the loop's key (a margin of 1: no program is ever kept), so each
     # iteration's start matches only the rare read-time key's prefix, held in vain.
     base = {"settle_cuts": 0, "guard_margin": 1, "guard_min_pairs": 1, "guard_max_pairs": 2,
             "guard_retry_after": 1000000000}
+    neuron_eager.set_mode("adaptive")
     ruled, r1 = run_prefix_case(base)
     unruled, r2 = run_prefix_case({**base, "hold_min_missed_ops": 1000000})
+    equal = True
+    for a, b in zip(torch.utils._pytree.tree_leaves(r1), torch.utils._pytree.tree_leaves(r2)):
+        equal &= bool(torch.equal(a.cpu(), b.cpu())) if isinstance(a, torch.Tensor) else a == b
+    return {"ruled": ruled, "unruled": unruled, "equal": equal}
+
+
+def test_a_prefix_that_rarely_becomes_its_key_stops_holding():
+    # In a fresh process: after other tests in this one (state they leave that
+    # reset_fusion_state does not cover) the unruled case diverged 122 times, not 499.
+    p = subprocess.run([sys.executable, __file__, "--prefix-cases"], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    ruled, unruled = r["ruled"], r["unruled"]
     # Held and released every other iteration (a release's ops and the next iteration's
     # start go into one segment): 499 of 1000 here, the same in every run.
     assert unruled["divergences"] >= 400, unruled
     assert ruled["prefix_holds_skipped"] >= 400, ruled
     assert ruled["divergences"] <= 100, ruled
-    for a, b in zip(torch.utils._pytree.tree_leaves(r1), torch.utils._pytree.tree_leaves(r2)):
-        if isinstance(a, torch.Tensor):
-            assert torch.equal(a.cpu(), b.cpu())
-        else:
-            assert a == b
+    assert r["equal"]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--prefix-cases"]:
+    print(json.dumps(prefix_cases()))
