@@ -157,6 +157,52 @@ def test_oom_is_catchable_as_runtime_error_subprocess():
     assert "CAUGHT OutOfMemoryError" in r.stdout and "OK 10" in r.stdout
 
 
+def test_oom_while_a_fused_segment_is_held_subprocess():
+    """Adaptive mode: HBM runs out at an op of a hot key's segment while the ops before it
+    are held for the fused program (outputs are allocated when an op is dispatched). The
+    op fails as in eager (OutOfMemoryError); the held ops still run, nothing leaks, and the
+    key fuses again with CPU's results once memory is back."""
+    r = run_py("""
+        import torch, neuron_eager
+        MiB = 1 << 20
+        neuron_eager.set_mode("adaptive")
+        neuron_eager.set_policy({"guard": False, "hot_threshold": 2})
+        def chain(x):
+            y = x * 1.5
+            y = y + 0.25
+            y = torch.tanh(y)
+            return y * x
+        xc = torch.randn(1 << 20)                              # 4 MiB
+        ref = chain(xc)
+        x = xc.to("neuron")
+        for _ in range(6):
+            assert torch.equal(chain(x).cpu(), ref)
+        fused = neuron_eager.counters()["segments_fused"]
+        assert fused > 0, neuron_eager.counters()
+        torch.neuron.synchronize()
+        torch.neuron.empty_cache()
+        base = torch.neuron.memory_allocated()
+        free = torch.neuron.mem_get_info()[0]
+        filler = torch.empty((free - 6 * MiB) // 4, device="neuron")  # room for one output
+        try:
+            chain(x)
+        except torch.OutOfMemoryError as e:
+            print("OOM:", str(e).splitlines()[0])
+        else:
+            raise SystemExit("no OOM")
+        del filler
+        torch.neuron.synchronize()
+        assert torch.neuron.memory_allocated() == base, (torch.neuron.memory_allocated(), base)
+        for _ in range(4):
+            assert torch.equal(chain(x).cpu(), ref)
+        c = neuron_eager.counters()
+        print("FUSED AGAIN", c["segments_fused"] > fused, c["fusion_failures"])
+    """, NEURON_HBM_BYTES="64M")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OOM:" in r.stdout and "out of memory" in r.stdout, r.stdout
+    assert "FUSED AGAIN True" in r.stdout, r.stdout
+
+
 # ---- torch.accelerator ----------------------------------------------------------
 
 def test_accelerator_basics():
