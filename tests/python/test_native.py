@@ -269,6 +269,19 @@ def test_exit_during_a_build_kills_the_compiler_and_removes_its_files(tmp_path):
         assert alive.stdout.strip() == "", (pattern, alive.stdout)
 
 
+def test_the_compiler_runs_in_the_idle_scheduling_class(tmp_path):
+    """Builds are background work: the driver and what it starts run under SCHED_IDLE
+    (policy 5), so on a small machine they take only cores no thread of ours wants."""
+    log = tmp_path / "policy.log"
+    wrapper = tmp_path / "cxx.sh"
+    wrapper.write_text(f"#!/bin/sh\ngrep -m1 '^policy' /proc/$$/sched >> {log}\nexec c++ \"$@\"\n")
+    wrapper.chmod(0o755)
+    r, p = run_workload(tmp_path, "--steps", "10", env={"NEURON_CXX": str(wrapper)})
+    assert r["equal"] and r["counters"]["native_compiles"] >= 1, r
+    policies = {line.split(":")[1].strip() for line in log.read_text().splitlines()}
+    assert policies == {"5"}, log.read_text()
+
+
 def test_bad_compile_timeout_is_one_clear_error():
     r = subprocess.run([sys.executable, "-c", "import torch; torch.neuron.device_count()"],
                        env={**os.environ, "NEURON_COMPILE_TIMEOUT_S": "soon"},
