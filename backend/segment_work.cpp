@@ -64,7 +64,24 @@ void SegmentWork::run_group(const fusion::Step& step) {
   int64_t tile = fusion::tile_elements(operands, widest, program->tile_bytes);
   if (row > 0) {
     // Whole rows, and a multiple of 64 elements so vector tails fall where ATen's do.
-    const int64_t unit = std::lcm<int64_t>(row, 64);
+    // Per-row values ([rows, 1]: a row sum, layer norm's statistics) are arrays of their
+    // own: ops on them (sigmoid of a row sum) take ATen's vector or scalar path by an
+    // element's position in the tile, so tiles also hold a multiple of 64 rows (ATen's
+    // loops run two vectors at a time, 64 bytes at most per lane group: 16 floats with
+    // AVX-512, up to 64 elements for 16-bit types) and the last tile ends where the
+    // whole tensor does. Before, robust.py seed 40417 cell 28 (sum, then
+    // y * sigmoid(sum), 32768 rows of 64) differed from CPU in 51 of 2M elements.
+    bool per_row_values = false;
+    auto per_row = [&](const trace::TensorMeta& m) {
+      return m.ndim > 0 && m.sizes[m.ndim - 1] == 1 && m.numel() * row == numel;
+    };
+    for (uint32_t k = step.first; k < step.first + step.count && !per_row_values; ++k) {
+      const OpWork& op = *ops[k];
+      for (size_t i = 0; i < op.record.tensors.size(); ++i)
+        per_row_values |= op.inputs[i].storage && per_row(op.record.tensors[i]);
+      for (const auto& m : op.output_metas) per_row_values |= per_row(m);
+    }
+    const int64_t unit = per_row_values ? row * 64 : std::lcm<int64_t>(row, 64);
     tile = std::max<int64_t>(unit, tile / unit * unit);
     // At least 2 rows per tile, the last one included: with a single output element
     // ATen's var switches to its whole-tensor algorithm (other bits than per row).

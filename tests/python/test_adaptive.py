@@ -432,6 +432,35 @@ def test_last_dim_reductions_join_row_groups_bit_exact(adaptive, shape, dim, dty
     assert after["fusion_failures"] == before["fusion_failures"]  # the groups really ran
 
 
+@pytest.mark.parametrize("rows", [1000, 4099])
+@pytest.mark.parametrize("tile_bytes", [1 << 16, 3 << 16])
+def test_ops_on_per_row_values_keep_atens_vector_tails(adaptive, rows, tile_bytes):
+    """sigmoid of a row sum runs on a [rows, 1] array: ATen computes it two vectors at a
+    time and the remainder by a scalar path with other bits, so tiles of a row group
+    must hold a multiple of 64 rows (robust.py seed 40417 cell 28 differed from CPU in 51
+    of 2M elements when a tile held 85 rows)."""
+    torch.manual_seed(2)
+    x, r = torch.randn(rows, 64), torch.randn(rows, 64)
+
+    def program(x, r, s):
+        y = x + s * 0.25 + r
+        y = y * torch.sigmoid(y.sum(-1, keepdim=True))
+        s.mul_(0.5).add_(y, alpha=0.5)
+        return y
+
+    s_cpu = torch.zeros(rows, 64)
+    expected = [program(x, r, s_cpu).clone() for _ in range(6)]
+    xn, rn, sn = x.to("neuron"), r.to("neuron"), torch.zeros(rows, 64).to("neuron")
+    neuron_eager.set_policy({**SMALL_GROUPS, "tile_bytes": tile_bytes})
+    before = neuron_eager.counters()
+    got = [program(xn, rn, sn).cpu() for _ in range(6)]
+    after = neuron_eager.counters()
+    assert after["ops_in_tile_groups"] > before["ops_in_tile_groups"]  # tiles ran
+    for g, e in zip(got, expected):
+        assert torch.equal(g, e)
+    assert torch.equal(sn.cpu(), s_cpu)
+
+
 def test_foreach_adamw_runs_tensor_by_tensor_bit_exact(adaptive):
     """AdamW's foreach ops (one queued op per list on neuron) form foreach groups: each
     parameter's update runs all of the step's ops while its tensors are in cache. The
