@@ -62,6 +62,12 @@ void SegmentWork::run_group(const fusion::Step& step) {
   }
   const int64_t operands = std::max<int64_t>(1, static_cast<int64_t>(arrays.size()));
   int64_t tile = fusion::tile_elements(operands, widest, program->tile_bytes);
+  // Per-row values (layer norm's mean and rstd, a keepdim row sum): a last size of 1 and
+  // one element per row (a row-broadcast operand of C elements can have the same count
+  // when there are C rows).
+  auto per_row = [&](const trace::TensorMeta& m) {
+    return row > 0 && m.ndim > 0 && m.sizes[m.ndim - 1] == 1 && m.numel() * row == numel;
+  };
   if (row > 0) {
     // Whole rows, and a multiple of 64 elements so vector tails fall where ATen's do.
     // Per-row values ([rows, 1]: a row sum, layer norm's statistics) are arrays of their
@@ -72,9 +78,6 @@ void SegmentWork::run_group(const fusion::Step& step) {
     // whole tensor does. Before, robust.py seed 40417 cell 28 (sum, then
     // y * sigmoid(sum), 32768 rows of 64) differed from CPU in 51 of 2M elements.
     bool per_row_values = false;
-    auto per_row = [&](const trace::TensorMeta& m) {
-      return m.ndim > 0 && m.sizes[m.ndim - 1] == 1 && m.numel() * row == numel;
-    };
     for (uint32_t k = step.first; k < step.first + step.count && !per_row_values; ++k) {
       const OpWork& op = *ops[k];
       for (size_t i = 0; i < op.record.tensors.size(); ++i)
@@ -118,9 +121,7 @@ void SegmentWork::run_group(const fusion::Step& step) {
         at::Tensor flat = s != scratch.end() ? s->second.narrow(0, 0, hi - lo) : tile_of(storage, m, lo, hi);
         return row > 0 ? shaped(flat, (hi - lo) / row, row) : flat;
       }
-      // Per-row values have a last size of 1 (a row-broadcast operand of C elements can
-      // have the same count when there are C rows).
-      if (row > 0 && m.sizes[m.ndim - 1] == 1 && n * row == numel) {
+      if (per_row(m)) {
         const int64_t a = lo / row, b = hi / row;
         at::Tensor flat = s != scratch.end() ? s->second.narrow(0, 0, b - a) : tile_of(storage, m, a, b);
         return shaped(flat, b - a, 1);

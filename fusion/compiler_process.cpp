@@ -87,8 +87,6 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  // Its own process group: the driver and the cc1plus, as and ld it starts share one
-  // priority, changed for all at once.
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -110,6 +108,8 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
     idle_class = sched_setscheduler(0, SCHED_IDLE, &param) == 0;
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
+    // Its own process group: the driver and the cc1plus, as and ld it starts are killed
+    // (and, without the idle class, reprioritised) together.
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&attr, 0);
     rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
@@ -130,10 +130,10 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
   // took half a minute), so once it has run kEscalateAfter the group goes to nice 10.
   if (!idle_class) setpriority(PRIO_PGRP, static_cast<id_t>(pid), 19);
   const auto start = std::chrono::steady_clock::now();
-  bool escalated = idle_class;  // an idle-class build is never escalated
+  bool escalated = false;  // never, for an idle-class build
   int status = 0;
   for (;;) {
-    const bool poll = !escalated || timeout_ms != 0;
+    const bool poll = (!idle_class && !escalated) || timeout_ms != 0;
     const pid_t done = waitpid(pid, &status, poll ? WNOHANG : 0);
     if (done == pid) break;
     if (done < 0) {
@@ -149,12 +149,12 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
       }
       return kProcessTimedOut;
     }
-    if (!escalated && ran >= kEscalateAfter) {
+    if (!idle_class && !escalated && ran >= kEscalateAfter) {
       setpriority(PRIO_PGRP, static_cast<id_t>(pid), 10);
       escalated = true;
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(escalated && !idle_class ? 50 : 10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(escalated ? 50 : 10));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
