@@ -27,6 +27,7 @@ std::atomic<double> g_hold_miss_ratio{fusion::Policy{}.hold_miss_ratio};
 std::atomic<uint32_t> g_settle_cuts{fusion::Policy{}.settle_cuts};
 std::atomic<uint32_t> g_settle_first_ops{fusion::Policy{}.settle_first_ops};
 std::atomic<uint32_t> g_settle_max_ops{fusion::Policy{}.settle_max_ops};
+std::atomic<uint64_t> g_hold_bytes{fusion::Policy{}.hold_bytes};
 
 trace::SegmentPolicy segment_policy_of(const fusion::Policy& policy) {
   std::vector<uint32_t> matmul_ops;
@@ -51,6 +52,7 @@ uint32_t active_region_max_programs() {
 int64_t active_queue_max_ops() { return g_queue_max_ops.load(std::memory_order_relaxed); }
 uint32_t active_hold_min_missed_ops() { return g_hold_min_missed_ops.load(std::memory_order_relaxed); }
 double active_hold_miss_ratio() { return g_hold_miss_ratio.load(std::memory_order_relaxed); }
+uint64_t active_hold_bytes() { return g_hold_bytes.load(std::memory_order_relaxed); }
 uint32_t active_settle_cuts() { return g_settle_cuts.load(std::memory_order_relaxed); }
 uint32_t active_settle_stretch(uint32_t round) {
   return fusion::Policy::settle_stretch(g_settle_first_ops.load(std::memory_order_relaxed),
@@ -77,6 +79,7 @@ void set_active_policy(const fusion::Policy& policy) {
   g_settle_cuts = policy.settle_cuts;
   g_settle_first_ops = policy.settle_first_ops;
   g_settle_max_ops = policy.settle_max_ops;
+  g_hold_bytes = policy.hold_bytes;
   backend::set_thread_policy(policy);
   trace_cache().set_hot_threshold(policy.hot_threshold);
   // Open segments close; new segmenters follow the new policy.

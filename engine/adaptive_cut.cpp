@@ -191,6 +191,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     for (const auto& step : ready->program->steps)
       if (step.kind != fusion::Step::kExtern && step.first >= released) g_ops_tile_groups += step.count;
     state.window.clear();
+    state.held_bytes = 0;
     if (state.holding) g_open_windows.fetch_sub(1);
     state.holding = false;
     state.candidates.clear();
@@ -226,7 +227,8 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
     if (!known) {
       const auto start = std::chrono::steady_clock::now();
       auto program = std::make_shared<fusion::Program>(fusion::plan(state.plan, policy.min_fusible_ops,
-                                                                         policy.min_group_elements));
+                                                                         policy.min_group_elements,
+                                                                         policy.hold_bytes));
       program->tile_bytes = static_cast<int64_t>(policy.tile_bytes);
       const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                   std::chrono::steady_clock::now() - start)

@@ -24,7 +24,8 @@ trace::Counter g_programs{"programs"}, g_segments_fused{"segments_fused"},
     g_ops_fused_segments{"ops_in_fused_segments"}, g_ops_tile_groups{"ops_in_tile_groups"},
     g_ops_per_op{"ops_per_op"}, g_divergences{"divergences"}, g_blacklisted{"blacklisted"},
     g_failures{"fusion_failures"}, g_prefix_skips{"prefix_holds_skipped"},
-    g_settles{"settled_stretches"}, g_settled_ops{"ops_settled"};
+    g_settles{"settled_stretches"}, g_settled_ops{"ops_settled"},
+    g_hold_overflows{"hold_overflows"};
 std::atomic<int> g_open_windows{0};
 
 bool fusion_allowed() {

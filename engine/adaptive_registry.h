@@ -65,7 +65,7 @@ Registry& registry();
 // The controller's counters (trace/counters.h: neuron_eager.counters() lists them).
 extern trace::Counter g_programs, g_segments_fused, g_ops_fused_segments, g_ops_tile_groups,
     g_ops_per_op, g_divergences, g_blacklisted, g_failures, g_prefix_skips,
-    g_settles, g_settled_ops;
+    g_settles, g_settled_ops, g_hold_overflows;
 extern std::atomic<int> g_open_windows;  // streams holding ops in their window
 
 // Adaptive mode, and no deterministic algorithms asked for.

@@ -8,6 +8,7 @@
 #include "backend/segment_work.h"
 #include "engine/adaptive_guard.h"
 #include "engine/adaptive_registry.h"
+#include "engine/recording.h"
 #include "engine/stream_state.h"
 
 namespace neuron::engine {
@@ -17,9 +18,12 @@ void enqueue_per_op(StreamState& state, c10::DeviceIndex core, int64_t stream) {
   g_ops_per_op += state.window.size();
   for (auto& w : state.window) s.enqueue(std::move(w));
   state.window.clear();
+  state.held_bytes = 0;
   if (state.holding) g_open_windows.fetch_sub(1);
   state.holding = false;
   state.candidates.clear();
+  // Everything held is queued now: later work on the stream runs after it.
+  state.unpin_before(static_cast<uint32_t>(state.pin_ends.size()));
 }
 
 namespace {
@@ -34,6 +38,24 @@ bool all_candidates_end_step(const StreamState& state, uint32_t first, uint32_t 
     if (position >= c->step_of_op.size()) return false;
     const fusion::Step& step = c->program->steps[c->step_of_op[position]];
     if (step.kind != kind || step.first != first || step.first + step.count - 1 != position) return false;
+  }
+  return true;
+}
+
+// Whether every value the step keeps in scratch (never written to device memory) is
+// dead now: nothing references its tensor and no view of its storage was taken.
+bool scratch_dead(const StreamState& state, const fusion::Step& step) {
+  size_t index = 0;  // the step's first output among the open segment's outputs
+  for (uint32_t q = 0; q < step.first; ++q) index += state.plan[q].outputs.size();
+  for (uint32_t k = 0; k < step.count; ++k) {
+    const fusion::PlanOp& op = state.plan[step.first + k];
+    const std::vector<bool>& scratch = step.scratch[k];
+    for (size_t o = 0; o < op.outputs.size(); ++o, ++index) {
+      if (o >= scratch.size() || !scratch[o]) continue;
+      if (index >= state.outputs.size() || state.outputs[index].use_count() > 0) return false;
+      const auto id = static_cast<uint64_t>(op.outputs[o]);
+      if (std::find(state.viewed.begin(), state.viewed.end(), id) != state.viewed.end()) return false;
+    }
   }
   return true;
 }
@@ -101,54 +123,86 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
     backend::stream(core, stream).enqueue(std::move(work));
     return;
   }
+  state.held_bytes += state.plan.back().out_bytes;
   state.window.push_back(std::move(work));
 }
 
 void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t stream) {
   if (!state.holding || state.window.empty() || !fusion_allowed()) return;
   const uint32_t position = state.segmenter.open_length() - 1;
-  std::shared_ptr<ReadyProgram> lead = state.candidates.front();
-  if (position >= lead->step_of_op.size()) return;
-  const uint32_t index = lead->step_of_op[position];
-  const fusion::Step& step = lead->program->steps[index];
-  // A whole tile group, just completed, with nothing else held: launch it now unless it
-  // keeps intermediates in scratch (whether they die is only known at the cut).
-  if (step.kind == fusion::Step::kExtern || position != step.first + step.count - 1 ||
-      state.released != step.first || state.window.size() != step.count ||
-      !all_candidates_end_step(state, step.first, position, step.kind))
-    return;
-  for (const auto& per_op : step.scratch)
-    for (bool s : per_op)
-      if (s) return;
-  // Candidates whose words differ from the ops so far can never match: drop them.
-  const std::vector<int64_t> words = state.segmenter.open_op_words();
-  std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
-    const bool differs = words.size() > c->words.size() ||
-                         !std::equal(words.begin(), words.end(), c->words.begin());
-    if (differs) note_prefix(*c, false, position + 1);
-    return differs;
-  });
-  if (state.candidates.empty()) {
-    ++g_divergences;
-    fallback_event("dataflow differs from every ready segment: held ops run per op", static_cast<uint8_t>(core));
-    enqueue_per_op(state, core, stream);
-    return;
+  if (state.plan.size() != position + 1) return;
+  bool words_checked = false;
+  // Steps at the front of the window that every candidate ends where it does go ahead of
+  // the cut: extern ops per op, tile and foreach groups once complete and the values they
+  // keep in scratch are dead (a dead value stays dead, so the cut would find the same).
+  while (state.holding && !state.window.empty()) {
+    const std::shared_ptr<ReadyProgram> lead = state.candidates.front();
+    const uint32_t first = state.released;
+    if (first >= lead->step_of_op.size()) break;
+    const fusion::Step& step = lead->program->steps[lead->step_of_op[first]];
+    const uint32_t last = step.first + step.count - 1;
+    if (step.first != first || last > position || state.window.size() < step.count ||
+        !all_candidates_end_step(state, first, last, step.kind))
+      break;
+    if (step.kind == fusion::Step::kExtern) {
+      state.held_bytes -= state.plan[first].out_bytes;
+      backend::stream(core, stream).enqueue(std::move(state.window.front()));
+      state.window.erase(state.window.begin());
+      ++state.released;
+      ++state.released_extern;
+      ++g_ops_per_op;
+      continue;
+    }
+    if (!scratch_dead(state, step)) break;
+    if (!words_checked) {
+      // Candidates whose words differ from the ops so far can never match: drop them.
+      const std::vector<int64_t> words = state.segmenter.open_op_words();
+      std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
+        const bool differs = words.size() > c->words.size() ||
+                             !std::equal(words.begin(), words.end(), c->words.begin());
+        if (differs) note_prefix(*c, false, position + 1);
+        return differs;
+      });
+      if (state.candidates.empty()) {
+        ++g_divergences;
+        fallback_event("dataflow differs from every ready segment: held ops run per op",
+                       static_cast<uint8_t>(core));
+        enqueue_per_op(state, core, stream);
+        return;
+      }
+      words_checked = true;
+      if (state.candidates.front() != lead) break;  // the plan to follow changed: wait for the cut
+    }
+    auto work = std::make_unique<backend::SegmentWork>();
+    work->program = lead->program;
+    work->ops.resize(last + 1);
+    for (uint32_t k = 0; k < step.count; ++k) {
+      state.held_bytes -= state.plan[first + k].out_bytes;
+      work->ops[first + k] = std::move(state.window[k]);
+    }
+    state.window.erase(state.window.begin(), state.window.begin() + step.count);
+    work->key = lead->key;
+    work->seq = work->ops[first]->seq;  // traced: a SegmentExecute of this group's ops
+    work->core = static_cast<uint8_t>(core);
+    work->stream = static_cast<uint16_t>(stream);
+    work->failures = lead->failures;
+    work->natives = lead->natives;
+    state.released = last + 1;
+    g_ops_tile_groups += step.count;
+    backend::stream(core, stream).enqueue(std::move(work));
   }
-  if (state.candidates.front() != lead) return;  // the plan to follow changed: wait for the cut
-  auto work = std::make_unique<backend::SegmentWork>();
-  work->program = lead->program;
-  work->ops.resize(position + 1);
-  for (uint32_t k = 0; k < step.count; ++k) work->ops[step.first + k] = std::move(state.window[k]);
-  work->key = lead->key;
-  work->seq = work->ops[step.first]->seq;  // traced: a SegmentExecute of this group's ops
-  work->core = static_cast<uint8_t>(core);
-  work->stream = static_cast<uint16_t>(stream);
-  work->failures = lead->failures;
-  work->natives = lead->natives;
-  state.window.clear();
-  state.released = position + 1;
-  g_ops_tile_groups += step.count;
-  backend::stream(core, stream).enqueue(std::move(work));
+  if (!state.holding) return;
+  state.unpin_before(state.released);
+  // A window that keeps more than twice hold_bytes of outputs (a complete group waiting
+  // for its scratch values to die, and the ops after it) runs per op: memory must not
+  // grow with how far the host runs ahead.
+  const uint64_t bound = active_hold_bytes();
+  if (bound != 0 && static_cast<uint64_t>(std::max<int64_t>(state.held_bytes, 0)) > 2 * bound) {
+    ++g_hold_overflows;
+    fallback_event("held ops keep more than twice the policy's hold_bytes: they run per op",
+                   static_cast<uint8_t>(core));
+    enqueue_per_op(state, core, stream);
+  }
 }
 
 }  // namespace neuron::engine

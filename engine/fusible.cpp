@@ -160,6 +160,7 @@ fusion::PlanOp foreach_op(const backend::OpWork& work, const OpInfo& info, fusio
 
 fusion::PlanOp plan_op_of(backend::OpWork& work, const OpInfo& info) {
   fusion::PlanOp p;
+  for (const auto& b : work.output_storages) p.out_bytes += static_cast<int64_t>(b.nbytes);
   for (const auto& m : work.record.tensors)
     p.inputs.push_back(m.defined && m.device >= 0 && m.ndim > 0 ? static_cast<int64_t>(m.storage) : -1);
   if (info.foreach) return foreach_op(work, info, std::move(p));

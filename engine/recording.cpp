@@ -40,7 +40,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
     if (trace::recording()) emit_replay_cut(core, stream, reason, nullptr, {});
     ss.outputs.clear();
     ss.plan.clear();
-    ss.pinned.clear();
+    ss.clear_pins();
     ss.identities.clear();
     return;
   }
@@ -60,7 +60,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   const bool closed = ss.segmenter.flush_into(reason, alive, *s);
   ss.outputs.clear();
   if (!closed) {
-    ss.pinned.clear();
+    ss.clear_pins();
     ss.identities.clear();
     return;
   }
@@ -75,7 +75,7 @@ void flush_locked(StreamState& ss, trace::CutReason reason, c10::DeviceIndex cor
   }
   adaptive_cut(ss, *s, count, core, stream, partial);
   // Only now, with the held ops queued: a storage freed here is reused after they ran.
-  ss.pinned.clear();
+  ss.clear_pins();
   ss.identities.clear();
 }
 
@@ -91,7 +91,7 @@ void begin_stretch_locked(StreamState& ss, c10::DeviceIndex core, int64_t stream
   ss.outputs.clear();
   ss.plan.clear();
   ss.viewed.clear();
-  ss.pinned.clear();
+  ss.clear_pins();
   ss.identities.clear();
   ss.segmenter = trace::Segmenter(current_segment_policy());
   ss.partial = true;
@@ -99,6 +99,22 @@ void begin_stretch_locked(StreamState& ss, c10::DeviceIndex core, int64_t stream
 }
 
 }  // namespace
+
+void StreamState::unpin_before(uint32_t ops) {
+  if (ops == 0 || pin_ends.empty()) return;
+  const uint32_t end = pin_ends[std::min<size_t>(ops, pin_ends.size()) - 1];
+  for (; pin_dropped < end; ++pin_dropped) {
+    c10::Storage& pin = pinned[pin_dropped];
+    identities.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(pin.unsafeGetStorageImpl()));
+    pin = c10::Storage();
+  }
+}
+
+void StreamState::clear_pins() {
+  pinned.clear();
+  pin_ends.clear();
+  pin_dropped = 0;
+}
 
 bool settled_op(c10::DeviceIndex core, int64_t stream) {
   StreamState& ss = stream_state(core, stream);
@@ -200,6 +216,12 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
       auto strong = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl);
       if (ss.holding) ss.pinned.emplace_back(std::move(strong));
       else ss.identities.emplace_back(strong);
+    }
+    if (ss.holding) {
+      // Pins by segment position (holding starts at the first op; positions before it,
+      // if any, pinned nothing).
+      ss.pin_ends.resize(ss.segmenter.open_length(), ss.pin_ends.empty() ? 0 : ss.pin_ends.back());
+      ss.pin_ends.push_back(static_cast<uint32_t>(ss.pinned.size()));
     }
     for (const auto& t : fresh_outputs)
       ss.outputs.emplace_back(t.defined() ? c10::weak_intrusive_ptr<c10::TensorImpl>(

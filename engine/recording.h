@@ -74,6 +74,8 @@ int64_t active_queue_max_ops();
 uint32_t active_hold_min_missed_ops();
 double active_hold_miss_ratio();
 // The policy's settle_cuts, and the ops of a stream's round-th settled stretch in a row.
+// The policy's hold_bytes (bytes of fresh outputs held ops may keep; 0: no bound).
+uint64_t active_hold_bytes();
 uint32_t active_settle_cuts();
 uint32_t active_settle_stretch(uint32_t round);
 void set_active_policy(const fusion::Policy& policy);

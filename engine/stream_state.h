@@ -32,8 +32,13 @@ struct StreamState {
   uint32_t released = 0;
   uint32_t released_extern = 0;  // of those, single extern ops (counted per op until a match)
   std::vector<uint64_t> viewed;  // storages of open-segment outputs that views were taken of
-  // Storages held ops touch stay alive until the cut (the ops read them once queued).
+  // Storages held ops touch stay alive until the ops are queued (they read them then):
+  // pinned in op order, pin_ends[p] the end of the pins of the segment's op p (holding
+  // starts at a segment's first op); pins before pin_dropped became identities already.
   std::vector<c10::Storage> pinned;
+  std::vector<uint32_t> pin_ends;
+  uint32_t pin_dropped = 0;
+  int64_t held_bytes = 0;  // fresh-output bytes of the ops in the window
   // Storages it touched outside held ops: weak, so their memory is freed as in eager mode
   // while their StorageImpl (whose address is their identity) is not reused before the cut.
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> identities;
@@ -55,6 +60,11 @@ struct StreamState {
   bool stretch_open = false;
   bool partial = false;
   explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
+  // The ops before segment position `ops` are queued: their pins become identities (their
+  // memory is freed as in eager mode once nothing else holds it; later work on the stream
+  // runs after theirs). 
+  void unpin_before(uint32_t ops);
+  void clear_pins();
 };
 
 // The state of (core, stream), created on first use; nullptr-safe lookup for scans.

@@ -11,7 +11,8 @@ int64_t tile_elements(int64_t operands, int64_t element_bytes, int64_t budget) {
   return n;
 }
 
-Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements) {
+Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements,
+             uint64_t max_group_bytes) {
   Program program;
   // Last op index that reads each value (anywhere in the segment).
   std::unordered_map<int64_t, uint32_t> last_use;
@@ -74,8 +75,23 @@ Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_el
     uint32_t j = i;
     // A run: same element count, and one row length among the ops that need rows.
     int64_t row = 0;
+    uint64_t held = 0;
+    std::vector<int64_t> produced;  // values the run's ops wrote so far
     while (j < ops.size() && ops[j].pointwise) {
       const PlanOp& o = ops[j];
+      const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(o.out_bytes, 0));
+      if (max_group_bytes != 0 && j - i >= 2) {
+        if (held + bytes > max_group_bytes) break;
+        // An op that reads nothing the run wrote starts an independent chain (the next
+        // loop iteration, often): joining it saves no traffic, only kernel calls, which
+        // no longer matter once the run holds a sixteenth of the bound.
+        const bool independent = std::none_of(o.inputs.begin(), o.inputs.end(), [&](int64_t v) {
+          return v >= 0 && std::find(produced.begin(), produced.end(), v) != produced.end();
+        });
+        if (independent && held >= max_group_bytes / 16) break;
+      }
+      held += bytes;
+      produced.insert(produced.end(), o.outputs.begin(), o.outputs.end());
       if (o.numel == ops[i].numel && (o.row == 0 || row == 0 || o.row == row)) {
         if (o.row != 0) row = o.row;
       } else if (!(row != 0 && o.per_row && o.row == 0 && o.numel * row == ops[i].numel)) {

@@ -30,6 +30,7 @@ struct PlanOp {
   trace::SmallVec<int64_t, 6> inputs;  // value ids; -1 for scalars and 0-dim operands
   trace::SmallVec<int64_t, 6> outputs;  // value ids of fresh outputs
   trace::SmallVec<bool, 4> alive;       // per output: still referenced after the segment
+  int64_t out_bytes = 0;                // bytes of its fresh outputs (held until it runs)
 };
 
 struct Step {
@@ -57,7 +58,13 @@ struct Program {
 
 // min_group: shorter runs stay per op; so do tile groups over fewer than min_elements
 // elements (foreach groups are not affected: they save a work item per tensor).
-Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements = 0);
+// max_group_bytes (the policy's hold_bytes; 0: no bound): a tile group's fresh outputs
+// total at most this many bytes, or it has two ops. Its ops are held, their outputs
+// allocated, until the group completes: this bounds that memory whatever the segment's
+// length (how far the host runs ahead). A group holding a sixteenth of it also ends
+// before an op that reads none of its values (an independent chain: a next iteration).
+Program plan(const std::vector<PlanOp>& ops, uint32_t min_group, uint64_t min_elements = 0,
+             uint64_t max_group_bytes = 0);
 
 // Elements per tile for a group whose ops touch `operands` distinct full-size arrays of
 // `element_bytes`-byte elements: sized so one tile of every operand fits in `budget`

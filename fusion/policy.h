@@ -72,6 +72,12 @@ struct Policy {
   // fits in this many bytes: larger tiles mean fewer kernel calls, smaller ones less
   // traffic beyond the cache.
   uint64_t tile_bytes = static_cast<uint64_t>(kDefaultTileBytes);
+  // Memory a held window may take: a tile group's fresh outputs total at most this many
+  // bytes (the planner splits longer runs), and a window whose held ops' outputs pass it
+  // runs them per op. Held ops' outputs are allocated when they are dispatched and kept
+  // until they run, so without a bound memory would grow with how far the host runs ahead
+  // (a long segment of one tile group). 0: no bound.
+  uint64_t hold_bytes = uint64_t{512} << 20;
   double compile_cost_us_instant = 20.0;     // cost gate: expected cost of a tier-1 build
   double compile_cost_us_native = 700000.0;  // and of a native (tier-2) build (~0.5-0.6 s here
                                              // with the precompiled prelude, 1.7 s without)

@@ -76,6 +76,62 @@ TEST(Planner, GroupsOverTooFewElementsStayPerOp) {
   EXPECT_EQ(plan({each, each2}, 2, uint64_t{1} << 40).fused_ops, 2u);
 }
 
+TEST(Planner, GroupsHoldAtMostMaxGroupBytesOfFreshOutputs) {
+  // Twelve 16 MiB pointwise ops in a row: one group without a bound, groups of at most
+  // 64 MiB of fresh outputs (four ops) with one. A lone op over the bound still pairs.
+  std::vector<PlanOp> ops;
+  for (int64_t k = 0; k < 12; ++k) {
+    ops.push_back(pw(1 << 22, {k}, {k + 1}, k == 11));
+    ops.back().out_bytes = int64_t{16} << 20;
+  }
+  Program whole = plan(ops, 2, 0, 0);
+  ASSERT_EQ(whole.steps.size(), 1u);
+  EXPECT_EQ(whole.steps[0].count, 12u);
+  Program bounded = plan(ops, 2, 0, uint64_t{64} << 20);
+  ASSERT_EQ(bounded.steps.size(), 3u);
+  for (const auto& step : bounded.steps) {
+    EXPECT_EQ(step.kind, Step::kTileGroup);
+    EXPECT_EQ(step.count, 4u);
+  }
+  EXPECT_EQ(bounded.fused_ops, 12u);
+  // Values crossing a group boundary are written; inside a group they stay scratch.
+  EXPECT_FALSE(bounded.steps[0].scratch[3][0]);
+  EXPECT_TRUE(bounded.steps[0].scratch[2][0]);
+  Program tiny = plan(ops, 2, 0, 1);
+  ASSERT_EQ(tiny.steps.size(), 6u);
+  EXPECT_EQ(tiny.steps[0].count, 2u);
+}
+
+TEST(Planner, IndependentChainsSplitOnceAGroupHoldsASixteenthOfTheBound) {
+  // Four iterations of a three-op chain, each starting from the same input (value 100):
+  // with 16 MiB outputs a group ends at each iteration (48 MiB >= 512 MiB / 16); with
+  // 1 MiB outputs the iterations stay one group (kernel calls still matter there).
+  auto chains = [](int64_t bytes) {
+    std::vector<PlanOp> ops;
+    for (int64_t it = 0; it < 4; ++it) {
+      const int64_t v = 10 * it;
+      ops.push_back(pw(1 << 22, {100}, {v + 1}, false));
+      ops.push_back(pw(1 << 22, {v + 1, 100}, {v + 2}, false));
+      ops.push_back(pw(1 << 22, {v + 2}, {v + 3}, it == 3));
+      for (int k = 0; k < 3; ++k) ops[ops.size() - 1 - k].out_bytes = bytes;
+    }
+    return ops;
+  };
+  Program large = plan(chains(int64_t{16} << 20), 2, 0, uint64_t{512} << 20);
+  ASSERT_EQ(large.steps.size(), 4u);
+  for (const auto& step : large.steps) EXPECT_EQ(step.count, 3u);
+  Program small = plan(chains(int64_t{1} << 20), 2, 0, uint64_t{512} << 20);
+  ASSERT_EQ(small.steps.size(), 1u);
+  EXPECT_EQ(small.steps[0].count, 12u);
+  // A dependent chain of the same size is not split below the bound.
+  std::vector<PlanOp> chain;
+  for (int64_t k = 0; k < 12; ++k) {
+    chain.push_back(pw(1 << 22, {k}, {k + 1}, k == 11));
+    chain.back().out_bytes = int64_t{16} << 20;
+  }
+  EXPECT_EQ(plan(chain, 2, 0, uint64_t{512} << 20).steps.size(), 1u);
+}
+
 TEST(Planner, TileSizeFitsTheBudget) {
   EXPECT_EQ(tile_elements(4, 4) % 64, 0);
   EXPECT_LE(tile_elements(4, 4) * 4 * 4, 2 * 1024 * 1024);

@@ -268,3 +268,49 @@ def test_reserved_memory_does_not_grow_with_how_far_the_host_runs_ahead():
         neuron_eager.set_mode(previous)
     block = 512 * 512 * 4
     assert grown <= 8 * block, f"reserved grew by {grown / block:.0f} blocks over 200 queued iterations"
+
+
+def _adaptive_peak_blocks(hold_bytes):
+    """Peak device memory (in 1 MiB blocks above what the inputs take) of a pointwise
+    chain run 100 iterations per host read in adaptive mode, once its key is hot: the
+    segment is one long tile group unless hold_bytes splits it."""
+    previous = neuron_eager.get_mode()
+    neuron_eager.set_mode("adaptive")
+    neuron_eager.set_policy({"hot_threshold": 2, "hold_bytes": hold_bytes, "guard": False})
+    try:
+        x = torch.randn(512, 512)
+        xn = x.to("neuron")
+        ref = x
+        for _ in range(100):
+            ref = ((ref * 0.5).sigmoid() + 0.25).mul(1.5)
+        peaks = []
+        for _ in range(6):
+            torch.neuron.synchronize()
+            base = torch.neuron.memory_allocated()
+            torch.neuron.reset_peak_memory_stats()
+            y = xn
+            for _ in range(100):
+                y = ((y * 0.5).sigmoid() + 0.25).mul(1.5)
+            assert torch.equal(y.cpu(), ref)  # the host read ends the segment
+            peaks.append((torch.neuron.max_memory_allocated() - base) / (512 * 512 * 4))
+        fused = neuron_eager.counters()
+    finally:
+        neuron_eager.set_policy("default")
+        neuron_eager.set_mode(previous)
+    return peaks, fused
+
+
+def test_adaptive_memory_is_bounded_by_hold_bytes_not_by_queue_depth():
+    # Held ops keep their outputs until their fused group runs, so a segment of 400 queued
+    # pointwise ops fused as one group would hold 400 outputs. hold_bytes bounds a group's
+    # (and the held window's) fresh outputs whatever the segment's length.
+    before = neuron_eager.counters()["ops_in_tile_groups"]
+    bounded, after = _adaptive_peak_blocks(4 << 20)
+    assert after["ops_in_tile_groups"] > before, "the chain never ran fused"
+    # Every round, while keys are found and once they are hot: a few groups' worth of
+    # blocks, not one per queued op.
+    assert max(bounded) <= 16, f"peak blocks per round {bounded}"
+    # The bound is what does it: without one, the held window keeps its outputs (while
+    # the recorder still sees the 100 iterations as one segment).
+    unbounded, _ = _adaptive_peak_blocks(0)
+    assert max(unbounded) >= 64, f"without a bound the held window should keep its outputs: {unbounded}"
