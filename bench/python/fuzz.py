@@ -1,8 +1,11 @@
 """Differential fuzzing at scale (issue 26 item 5): random fused programs of every kind
-tier 2 generates (pointwise formulas, row reductions and per-row ops) run in adaptive mode
-with tier 2 forced on, compared bit for bit with CPU eager.
+tier 2 generates (pointwise formulas, row reductions and per-row ops), compared bit for bit
+with CPU eager, in each of three tiers: per-op eager, adaptive mode with tier-1 programs
+(fused from the third occurrence, no compiler), and adaptive mode with tier 2 forced on
+(every group gets a native kernel: a compiler run per program, so about 100x the cost).
 
     python bench/python/fuzz.py --programs 10000 --seed 7 [--kinds pointwise,rows]
+        [--tiers eager,instant,native] [--native-programs N]
 
 Programs run in batches, each batch in its own process (a crash costs one batch, and
 kernels are shared through one cache folder). Batch b of kind K uses the seed
@@ -24,9 +27,12 @@ TESTS = os.path.join(ROOT, "tests", "python")
 KINDS = {"pointwise": "native_diff.py", "rows": "row_diff.py"}
 
 
-def run_batch(kind, batch, seed, env, timeout):
+TIERS = ("eager", "instant", "native")
+
+
+def run_batch(kind, tier, batch, seed, env, timeout):
     script = os.path.join(TESTS, KINDS[kind])
-    cmd = [sys.executable, script, "--programs", str(batch), "--seed", str(seed)]
+    cmd = [sys.executable, script, "--programs", str(batch), "--seed", str(seed), "--tier", tier]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -39,10 +45,14 @@ def run_batch(kind, batch, seed, env, timeout):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--programs", type=int, default=10000, help="programs per kind")
+    ap.add_argument("--programs", type=int, default=10000, help="programs per kind and tier")
+    ap.add_argument("--tiers", default=",".join(TIERS), help="comma-separated: " + ", ".join(TIERS))
+    ap.add_argument("--native-programs", type=int, default=None,
+                    help="programs per kind in the native tier (default: --programs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
-    ap.add_argument("--batch", type=int, default=24, help="programs per process")
+    ap.add_argument("--batch", type=int, default=24,
+                    help="programs per process in the native tier (others: 10x this)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per batch")
     ap.add_argument("--cache-dir", default=None, help="kernel cache (default: a fresh temp folder)")
     ap.add_argument("--json", default=None, help="write the summary here")
@@ -51,43 +61,54 @@ def main():
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         ap.error(f"--kinds {args.kinds!r}: allowed {', '.join(KINDS)} (comma-separated)")
+    tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    if not tiers or any(t not in TIERS for t in tiers):
+        ap.error(f"--tiers {args.tiers!r}: allowed {', '.join(TIERS)} (comma-separated)")
     if args.programs < 1 or args.batch < 1:
         ap.error("--programs and --batch must be at least 1")
     cache = args.cache_dir or tempfile.mkdtemp(prefix="neuron-fuzz-cache-")
     env = {**os.environ, "NEURON_CACHE_DIR": cache}
     summary = {"seed": args.seed, "kinds": {}, "mismatches": [], "failed_batches": []}
     start = time.perf_counter()
-    for kind in kinds:
+    for kind, tier in [(k, t) for t in tiers for k in kinds]:
         done = 0
         counters = {}
-        for b in range(-(-args.programs // args.batch)):
-            n = min(args.batch, args.programs - b * args.batch)
+        programs = args.programs
+        if tier == "native" and args.native_programs is not None:
+            programs = args.native_programs
+        batch = args.batch if tier == "native" else 10 * args.batch
+        # Batch b's programs come from one seed: a batch of 240 (eager, instant) starts with
+        # the 24 programs of the native batch of that seed.
+        for b in range(-(-programs // batch)):
+            n = min(batch, programs - b * batch)
             seed = args.seed * 100003 + b
-            res, error, cmd = run_batch(kind, n, seed, env, args.timeout)
+            res, error, cmd = run_batch(kind, tier, n, seed, env, args.timeout)
             replay = " ".join(["python", os.path.relpath(cmd[1], ROOT)] + cmd[2:])
             if error:
-                summary["failed_batches"].append({"kind": kind, "seed": seed, "error": error,
-                                                  "rerun": replay})
-                print(f"[{kind}] batch seed {seed}: FAILED: {error.splitlines()[-1] if error else ''}"
+                summary["failed_batches"].append({"kind": kind, "tier": tier, "seed": seed,
+                                                  "error": error, "rerun": replay})
+                print(f"[{kind}/{tier}] batch seed {seed}: FAILED: {error.splitlines()[-1] if error else ''}"
                       f"\n  rerun: {replay}", flush=True)
                 continue
             done += n
             for k, v in res["counters"].items():
                 counters[k] = counters.get(k, 0) + v
             for i in res["mismatches"]:
-                m = {"kind": kind, "seed": seed, "program": i, "shown": res["shown"].get(str(i), ""),
+                m = {"kind": kind, "tier": tier, "seed": seed, "program": i, "shown": res["shown"].get(str(i), ""),
                      "replay": f"{replay} --only {i}"}
                 summary["mismatches"].append(m)
-                print(f"[{kind}] MISMATCH program {i} of batch seed {seed}: {m['shown']}\n"
+                print(f"[{kind}/{tier}] MISMATCH program {i} of batch seed {seed}: {m['shown']}\n"
                       f"  replay: {m['replay']}", flush=True)
-            print(f"[{kind}] {done}/{args.programs} programs, {len(summary['mismatches'])} "
-                  f"mismatches, kernels built {counters.get('native_built', 0)}, accepted "
+            print(f"[{kind}/{tier}] {done}/{programs} programs, {len(summary['mismatches'])} "
+                  f"mismatches, ops in tile groups {counters.get('ops_in_tile_groups', 0)}, "
+                  f"kernels built {counters.get('native_built', 0)}, accepted "
                   f"{counters.get('native_accepted', 0)}, {time.perf_counter() - start:.0f} s",
                   flush=True)
-        summary["kinds"][kind] = {"programs": done, "counters": counters}
+        summary["kinds"][f"{kind}/{tier}"] = {"programs": done, "counters": counters}
     summary["seconds"] = time.perf_counter() - start
     total = sum(k["programs"] for k in summary["kinds"].values())
-    print(f"fuzz: {total} programs compared, {len(summary['mismatches'])} mismatches, "
+    per = ", ".join(f"{k} {v['programs']}" for k, v in summary["kinds"].items())
+    print(f"fuzz: {total} programs compared ({per}), {len(summary['mismatches'])} mismatches, "
           f"{len(summary['failed_batches'])} failed batches, {summary['seconds']:.0f} s "
           f"(seed {args.seed}, cache {cache})")
     if args.json:

@@ -79,34 +79,50 @@ def run(program, inputs):
     return values[-1]
 
 
-def compare_rounds(progs, data, run):
+TIERS = ("native", "instant", "eager")
+
+
+def compare_rounds(progs, data, run, tier="native"):
     """Runs every program on the device in rounds (data[i]: CPU inputs, CPU eager's result,
-    device inputs) in adaptive mode with tier 2 forced on, the guard off; returns the
-    indices of programs whose result ever differed from CPU eager's, and the native
-    counters."""
-    neuron_eager.set_mode("adaptive")
-    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1,
-                             "min_group_elements": 0,  # odd small sizes group too
-                             "guard": False})  # every kernel runs: none is demoted
+    device inputs) and returns the indices of programs whose result ever differed from CPU
+    eager's, and the engine's counters. tier "native": adaptive mode with tier 2 forced on
+    (every group gets a kernel after one run), the guard off; "instant": adaptive mode with
+    tier-1 programs only (no compiler: cheap, for fuzzing at scale); "eager": per-op eager."""
+    if tier not in TIERS:
+        raise ValueError(f"tier {tier!r}: allowed {', '.join(TIERS)}")
+    if tier == "eager":
+        neuron_eager.set_mode("eager")
+    else:
+        neuron_eager.set_mode("adaptive")
+        neuron_eager.set_policy({"tier": tier, "hot_threshold": 2, "native_min_runs": 1,
+                                 "min_group_elements": 0,  # odd small sizes group too
+                                 "guard": False,  # every fused program runs: none is demoted
+                                 # Rounds over hundreds of programs look like nothing to fuse
+                                 # at first (every key new): keep recording.
+                                 "settle_cuts": 0})
     mismatches = []
     # Rounds over all programs: every program gets hot, its kernels build in the
     # background, and later rounds run them (after the bit-for-bit trial against tier 1).
-    for round_ in range(12):
+    # Tier 1 is fused from the third occurrence; eager needs no repeat beyond the second.
+    rounds = {"native": 12, "instant": 5, "eager": 2}[tier]
+    for round_ in range(rounds):
         for i, prog in enumerate(progs):
             out = run(prog, data[i][2]).cpu()
             if not torch.equal(out, data[i][1]) and i not in mismatches:
                 mismatches.append(i)
-        if round_ == 3:
+        if round_ == 3 and tier == "native":
             neuron_eager._C.native_wait_idle()
     neuron_eager.set_policy("default")
     neuron_eager.set_mode("eager")
-    return mismatches, {k: v for k, v in neuron_eager.counters().items() if k.startswith("native")}
+    wanted = ("native", "segments_fused", "ops_") if tier != "eager" else ("ops_",)
+    return mismatches, {k: v for k, v in neuron_eager.counters().items()
+                        if isinstance(v, (int, float)) and k.startswith(wanted)}
 
 
-def differential(programs, seed, make, inputs, run, only=None):
+def differential(programs, seed, make, inputs, run, only=None, tier="native"):
     """`programs` programs from make(rng), each on inputs(program, generator), compared
-    with CPU eager (compare_rounds); the JSON summary. only: run just that program index
-    (the same program and inputs as in the full run: a mismatch's replay)."""
+    with CPU eager (compare_rounds, in `tier`); the JSON summary. only: run just that
+    program index (the same program and inputs as in the full run: a mismatch's replay)."""
     rng = random.Random(seed)
     progs = [make(rng) for _ in range(programs)]
     index = [i for i in range(programs) if only is None or i == only]
@@ -114,7 +130,7 @@ def differential(programs, seed, make, inputs, run, only=None):
     for i in index:
         cpu = inputs(progs[i], torch.Generator().manual_seed(seed * 1000 + i))
         data.append((cpu, run(progs[i], cpu), [t.to("neuron") for t in cpu]))
-    mismatches, c = compare_rounds([progs[i] for i in index], data, run)
+    mismatches, c = compare_rounds([progs[i] for i in index], data, run, tier)
     return {"programs": len(index), "mismatches": [index[m] for m in mismatches],
             "counters": c, "shown": {str(index[m]): describe(progs[index[m]]) for m in mismatches}}
 
@@ -127,9 +143,9 @@ def describe(program):
         f"{s[0]}({', '.join(map(str, s[1] if isinstance(s[1], list) else s[1:]))})" for s in steps)
 
 
-def main(programs, seed, only=None):
+def main(programs, seed, only=None, tier="native"):
     return differential(programs, seed, make, lambda prog, g: [torch.randn(prog[0], dtype=prog[1], generator=g)
-                                                               for _ in range(3)], run, only)
+                                                               for _ in range(3)], run, only, tier)
 
 
 if __name__ == "__main__":
@@ -137,5 +153,7 @@ if __name__ == "__main__":
     ap.add_argument("--programs", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", type=int, default=None, help="replay one program index")
+    ap.add_argument("--tier", choices=TIERS, default="native",
+                    help="native: tier 2 forced on; instant: tier-1 programs; eager: per op")
     a = ap.parse_args()
-    print(json.dumps(main(a.programs, a.seed, a.only)))
+    print(json.dumps(main(a.programs, a.seed, a.only, a.tier)))

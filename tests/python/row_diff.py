@@ -14,7 +14,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from native_diff import differential
+from native_diff import TIERS, differential
 
 ROW = ["layer_norm", "layer_norm_plain", "softmax", "log_softmax", "rms_norm", "center", "sum_scale"]
 POINTWISE = ["add", "mul", "sub", "sigmoid", "silu", "scale", "add_col", "mul_col", "mul_row", "rsqrt"]
@@ -76,5 +76,7 @@ if __name__ == "__main__":
     ap.add_argument("--programs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", type=int, default=None, help="replay one program index")
+    ap.add_argument("--tier", choices=TIERS, default="native",
+                    help="native: tier 2 forced on; instant: tier-1 programs; eager: per op")
     a = ap.parse_args()
-    print(json.dumps(differential(a.programs, a.seed, make, inputs, run, a.only)))
+    print(json.dumps(differential(a.programs, a.seed, make, inputs, run, a.only, a.tier)))

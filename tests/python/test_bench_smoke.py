@@ -257,11 +257,11 @@ def test_fuzz_bench_and_replay(tmp_path):
     cache) and prints a summary; --only replays one program of a batch."""
     out = tmp_path / "fuzz.json"
     text = run("fuzz.py", "--programs", "2", "--batch", "2", "--kinds", "pointwise", "--seed", "3",
-               "--cache-dir", str(tmp_path / "cache"), "--json", str(out))
+               "--tiers", "native", "--cache-dir", str(tmp_path / "cache"), "--json", str(out))
     res = json.loads(out.read_text())
-    assert res["kinds"]["pointwise"]["programs"] == 2 and res["mismatches"] == []
-    assert res["failed_batches"] == [] and "2 programs compared, 0 mismatches" in text
-    assert res["kinds"]["pointwise"]["counters"]["native_built"] >= 1
+    assert res["kinds"]["pointwise/native"]["programs"] == 2 and res["mismatches"] == []
+    assert res["failed_batches"] == [] and "2 programs compared" in text and " 0 mismatches" in text
+    assert res["kinds"]["pointwise/native"]["counters"]["native_built"] >= 1
     one = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "python", "native_diff.py"),
                           "--programs", "2", "--seed", str(3 * 100003), "--only", "1"],
                          capture_output=True, text=True, timeout=300,
@@ -271,6 +271,25 @@ def test_fuzz_bench_and_replay(tmp_path):
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "fuzz.py"),
                           "--kinds", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "allowed pointwise, rows" in bad.stderr
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "python", "fuzz.py"),
+                          "--tiers", "eager,fast"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "allowed eager, instant, native" in bad.stderr
+
+
+def test_fuzz_few_hundred_programs_eager_and_tier1(tmp_path):
+    """CI's share of fuzzing at scale: 240 programs of each kind per-op eager and fused by
+    tier 1 (no compiler: seconds per batch), every one equal to CPU eager, and tier 1
+    really fusing them."""
+    out = tmp_path / "fuzz.json"
+    text = run("fuzz.py", "--programs", "240", "--tiers", "eager,instant", "--seed", "11",
+               "--cache-dir", str(tmp_path / "cache"), "--json", str(out))
+    res = json.loads(out.read_text())
+    assert res["mismatches"] == [] and res["failed_batches"] == [], text[-2000:]
+    for kind in ("pointwise", "rows"):
+        for tier in ("eager", "instant"):
+            assert res["kinds"][f"{kind}/{tier}"]["programs"] == 240
+        assert res["kinds"][f"{kind}/instant"]["counters"]["ops_in_tile_groups"] > 1000
+        assert res["kinds"][f"{kind}/eager"]["counters"]["ops_in_tile_groups"] == 0
 
 
 def test_soak_short(tmp_path):
