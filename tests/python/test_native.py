@@ -288,3 +288,28 @@ def test_bad_compile_timeout_is_one_clear_error():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "NEURON_COMPILE_TIMEOUT_S" in r.stderr and "0.1 to 86400" in r.stderr, r.stderr[-1500:]
+
+
+def test_a_full_cache_disk_costs_speed_only_with_one_warning(tmp_path):
+    """A compiler that cannot write into the kernel cache (ENOSPC there, as on a full
+    disk) leaves results intact: the process warns once, then builds its kernels in a
+    private temporary folder and still runs them."""
+    cache = tmp_path / "cache"
+    wrapper = tmp_path / "cxx.sh"
+    wrapper.write_text('#!/bin/sh\ncase "$*" in\n'
+                       f'  *{cache}*) echo "{cache}/x.so: No space left on device" >&2; exit 1;;\n'
+                       'esac\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    env = dict(os.environ, NEURON_CACHE_DIR=str(cache), NEURON_CXX=str(wrapper),
+               NEURON_PRELUDE_DIR=str(tmp_path / "pch"))
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("native_diff.py")),
+                        "--programs", "6", "--seed", "4"], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    c = r["counters"]
+    assert r["mismatches"] == [], r
+    assert c["native_private_builds"] >= 1 and c["native_runs"] >= 1, c
+    assert p.stderr.count("cannot be written") == 1, p.stderr[-3000:]
+    assert "No space left on device" in p.stderr
+    assert not list(cache.rglob("*.so"))  # nothing was written there
