@@ -1,7 +1,5 @@
 // The adaptive controller at a segment's cut: launch the segment fused or queue held ops
 // per op, blacklist failed programs, plan hot keys, and the online guard's part.
-#include <algorithm>
-#include <bit>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -53,36 +51,6 @@ bool tier2_arrived(const ReadyProgram& p) {
   return any_group(p, [](backend::NativeGroup& n) { return n.tier2_arrived(); });
 }
 
-// The key's family (GuardSettings::share_family): its structure, shapes aside, and the
-// size class of its largest operand (a factor of 4), so a verdict on 16K tensors says
-// nothing about 64M ones. 0: unknown (the plan does not cover the segment).
-uint64_t family_of(const trace::Segment& segment, const std::vector<fusion::PlanOp>& plan) {
-  if (segment.family == 0 || plan.size() != segment.length) return 0;
-  int64_t largest = 0;
-  for (const auto& op : plan) largest = std::max(largest, op.numel);
-  const auto size_class = static_cast<uint64_t>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(largest, 0))) / 2);
-  return (segment.family ^ (size_class * 0x9e3779b97f4a7c15ULL)) | 1;
-}
-
-// Whether `family` has a shared guard that demoted it (r.mutex held): its new keys will run
-// per op too.
-bool family_demoted(const Registry& r, uint64_t family) {
-  if (family == 0) return false;
-  auto it = r.families.find(family);
-  return it != r.families.end() && it->second.guard && !it->second.guard->on_trial() &&
-         it->second.guard->next_mode() == fusion::RunMode::kPerOp;
-}
-
-// The occurrence count a key's guard goes by: its family's when the guard is shared.
-uint64_t guard_clock(const ReadyProgram& ready, uint64_t count) {
-  if (ready.family == 0) return count;
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto it = r.families.find(ready.family);
-  if (it == r.families.end() || it->second.guard != ready.guard) return count;
-  return ++it->second.occurrences;
-}
-
 // The guard's part of a cut of a key that has a program: time a trial occurrence, take a
 // verdict, pick the next occurrence's mode, start re-trials that are due.
 void guard_at_cut(StreamState& state, ReadyProgram& ready,
@@ -90,17 +58,6 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
                   uint64_t count, c10::DeviceIndex core, int64_t stream) {
   fusion::KeyGuard& guard = *guard_ptr;
   const uint8_t core8 = static_cast<uint8_t>(core);
-  count = guard_clock(ready, count);
-  // A shared guard's trial may have started or ended at another key's cut: this key
-  // follows it from its next occurrence (the one that just ended was no trial sample).
-  if (ready.on_trial.load() != guard.on_trial()) {
-    ready.on_trial = guard.on_trial();
-    ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
-    trace_cache().transition(ready.key, ready.on_trial.load() ? trace::SegmentState::kOnTrial
-                                        : ready.per_op.load() ? trace::SegmentState::kDemoted
-                                                              : trace::SegmentState::kReadyTier1);
-    return;
-  }
   if (ready.on_trial.load()) {
     // A fused run during a tier-2 trial is no sample: the guard's trial waits (the key
     // keeps running fused: the tier-2 trial needs fused runs, a few at most).
@@ -249,14 +206,9 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   if (ready && guard) guard_at_cut(state, *ready, guard, full_match, count, core, stream);
   state.trial_span.reset();
   // Whether this cut gave fusion anything to do: a fused run, a key on trial, or a key
-  // recurring towards hotness (a new program below counts too) unless its family was
-  // demoted (it will be too: a loop at a new batch size).
-  const uint64_t family = family_of(segment, state.plan);
-  bool productive = full_match || (ready && ready->on_trial.load());
-  if (!ready && count >= 2 && count < active_hot_threshold()) {
-    std::lock_guard lock(r.mutex);
-    productive = !family_demoted(r, family);
-  }
+  // recurring towards hotness (a new program below counts too).
+  bool productive = full_match || (ready && ready->on_trial.load()) ||
+                    (!ready && count >= 2 && count < active_hot_threshold());
 
   // Hot keys without a program get one now (tier 1 is planned in microseconds).
   // A compiled region's segments recur by construction: they compile at first sight, up
@@ -300,38 +252,20 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
           for (uint32_t k = 0; k < program->steps[st].count; ++k) rp->step_of_op.push_back(st);
         // Signatures of the segment's ops, in order.
         rp->signatures = trace::op_signatures(segment.words, segment.length);
-        auto state_now = trace::SegmentState::kReadyTier1;
-        productive = true;
         if (policy.guard.enabled) {
-          // Keys of one family share its guard: a new key joins the family's trial, or
-          // takes its verdict.
-          Registry::Family* shared = nullptr;
-          if (policy.guard.share_family && family != 0) {
-            shared = &r.families[family];
-            rp->family = family;
-          }
-          if (shared && shared->guard) {
-            rp->guard = shared->guard;
-            ++g_family_joins;
-          } else {
-            rp->guard = std::make_shared<fusion::KeyGuard>(shared ? family : segment.key, policy.guard);
-            rp->guard->start_trial();
-            count_guard_trial(false);
-            if (shared) shared->guard = rp->guard;
-          }
-          rp->on_trial = rp->guard->on_trial();
+          rp->guard = std::make_shared<fusion::KeyGuard>(segment.key, policy.guard);
+          rp->guard->start_trial();
+          rp->on_trial = true;
           rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
-          productive = rp->on_trial.load() || !rp->per_op.load();
-          state_now = rp->on_trial.load() ? trace::SegmentState::kOnTrial
-                      : rp->per_op.load() ? trace::SegmentState::kDemoted
-                                          : trace::SegmentState::kReadyTier1;
-          if (!productive) fallback_event("its family (the same ops at other shapes) was demoted: runs per op", core8);
+          count_guard_trial(false);
         }
         if (first_sight) note_first_sight_program(policy.region_max_programs);
         r.ready[segment.key] = rp;
+        productive = true;
         r.by_first_signature[rp->signatures.front()].push_back(rp);
         ++g_programs;
-        trace_cache().transition(segment.key, state_now);
+        trace_cache().transition(segment.key, policy.guard.enabled ? trace::SegmentState::kOnTrial
+                                                                   : trace::SegmentState::kReadyTier1);
         emit(trace::EventKind::kCompileStart, segment.key, 1, 0, core8);
         emit(trace::EventKind::kCompileEnd, segment.key, 1, took, core8);
       } else {

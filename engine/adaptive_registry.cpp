@@ -25,7 +25,7 @@ trace::Counter g_programs{"programs"}, g_segments_fused{"segments_fused"},
     g_ops_per_op{"ops_per_op"}, g_divergences{"divergences"}, g_blacklisted{"blacklisted"},
     g_failures{"fusion_failures"}, g_prefix_skips{"prefix_holds_skipped"},
     g_settles{"settled_stretches"}, g_settled_ops{"ops_settled"},
-    g_hold_overflows{"hold_overflows"}, g_family_joins{"guard_family_joins"};
+    g_hold_overflows{"hold_overflows"};
 std::atomic<int> g_open_windows{0};
 
 bool fusion_allowed() {
@@ -63,7 +63,6 @@ bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) >
 void guard_policy_changed(const fusion::Policy& policy) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  r.families.clear();  // verdicts under the old settings: each family is judged afresh
   for (auto& [key, rp] : r.ready) {
     rp->prefix_hits = 0;  // every program holds again under the new policy
     rp->prefix_misses = 0;
@@ -74,20 +73,13 @@ void guard_policy_changed(const fusion::Policy& policy) {
       continue;
     }
     if (rp->guard && (rp->on_trial.load() || !rp->per_op.load())) continue;
-    // Demoted, or never guarded: a trial under the new settings, at once (one per family
-    // when keys share their family's guard).
+    // Demoted, or never guarded: a trial under the new settings, at once.
     const bool retrial = rp->guard != nullptr;
-    Registry::Family* shared = policy.guard.share_family && rp->family != 0 ? &r.families[rp->family] : nullptr;
-    if (shared && shared->guard) {
-      rp->guard = shared->guard;
-    } else {
-      rp->guard = std::make_shared<fusion::KeyGuard>(shared ? rp->family : key, policy.guard);
-      rp->guard->start_trial();
-      count_guard_trial(retrial);
-      if (shared) shared->guard = rp->guard;
-    }
+    rp->guard = std::make_shared<fusion::KeyGuard>(key, policy.guard);
+    rp->guard->start_trial();
     rp->on_trial = true;
     rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
+    count_guard_trial(retrial);
     trace_cache().transition(key, trace::SegmentState::kOnTrial);
   }
 }
@@ -101,7 +93,6 @@ void reset_fusion_state() {
     r.ready.clear();
     r.by_first_signature.clear();
     r.rejected.clear();
-    r.families.clear();
   }
   trace_cache().clear();
   forget_first_sight_programs();

@@ -25,7 +25,6 @@ namespace neuron::engine {
 
 struct ReadyProgram {
   uint64_t key = 0;
-  uint64_t family = 0;               // family_of(segment, plan): 0 when not known
   std::vector<int64_t> words;        // the segment's canonical form: a key hit is verified
   std::vector<uint64_t> signatures;  // per op, for prefix matching
   std::vector<uint32_t> step_of_op;  // per op: its step in the program
@@ -59,13 +58,6 @@ struct Registry {
   std::unordered_map<uint64_t, std::shared_ptr<ReadyProgram>> ready;
   std::unordered_map<uint64_t, std::vector<std::shared_ptr<ReadyProgram>>> by_first_signature;
   std::unordered_set<uint64_t> rejected;  // keys not worth fusing, or blacklisted
-  // A guard per key family (GuardSettings::share_family), and the occurrences of its keys
-  // (the clock of its backoff).
-  struct Family {
-    std::shared_ptr<fusion::KeyGuard> guard;
-    uint64_t occurrences = 0;
-  };
-  std::unordered_map<uint64_t, Family> families;
 };
 
 Registry& registry();
@@ -73,7 +65,7 @@ Registry& registry();
 // The controller's counters (trace/counters.h: neuron_eager.counters() lists them).
 extern trace::Counter g_programs, g_segments_fused, g_ops_fused_segments, g_ops_tile_groups,
     g_ops_per_op, g_divergences, g_blacklisted, g_failures, g_prefix_skips,
-    g_settles, g_settled_ops, g_hold_overflows, g_family_joins;
+    g_settles, g_settled_ops, g_hold_overflows;
 extern std::atomic<int> g_open_windows;  // streams holding ops in their window
 
 // Adaptive mode, and no deterministic algorithms asked for.

@@ -23,11 +23,6 @@ struct GuardSettings {
   double early_loss = 1.25;
   uint64_t retry_after = 256;      // occurrences before a demoted key's first re-trial
   uint64_t retry_max = 65536;      // the backoff doubles up to this
-  // Keys of one family (the same ops and dataflow at other shapes of one size class: a
-  // loop whose batch size changes every few steps) share one guard: one trial over all
-  // their occurrences, one verdict, one backoff. Off: every key has its own trial, which
-  // a key that lives a dozen occurrences never finishes.
-  bool share_family = true;
 };
 
 enum class RunMode : uint8_t { kFused = 0, kPerOp = 1 };

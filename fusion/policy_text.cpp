@@ -273,10 +273,6 @@ const std::vector<Knob>& knobs() {
                  [](const GuardSettings& g) { return g.retry_max; },
                  [](GuardSettings& g, uint64_t n) { g.retry_max = n; },
                  "guard: the longest backoff between re-trials, in occurrences"),
-      {"guard_share_family", "true or false",
-       "guard: keys of one family (the same ops and dataflow at other shapes of one size class) share one trial and verdict",
-       [](Policy& p, const std::string& v) { return parse_bool(v, p.guard.share_family); },
-       [](const Policy& p) { return std::string(p.guard.share_family ? "true" : "false"); }},
   };
   return k;
 }

@@ -89,15 +89,8 @@ void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
   auto& w = s.words;
   w.clear();
   w.reserve(ops.size() * 2 + n_inputs * 3 + n_outputs);
-  // The family hashes what the key does with each op's name in place of its signature.
-  uint64_t family = 0x6a09e667f3bcc909ULL;
-  auto fold = [&family](uint64_t x) {
-    family = (family ^ x) * 0x9e3779b97f4a7c15ULL;
-    family ^= family >> 29;
-  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const SegmentOp& op = ops[i];
-    const size_t start = w.size();
     w.push_back(static_cast<int64_t>(op.signature));
     w.push_back(static_cast<int64_t>(op.inputs.size()));
     for (uint64_t storage : op.inputs) {
@@ -121,17 +114,12 @@ void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
         bool inserted;
         produced.find_or_insert(op.outputs[k], 0, inserted) = static_cast<int64_t>(i) << 32 | static_cast<int64_t>(k);
       }
-    fold(op.op);
-    for (size_t k = start + 1; k < w.size(); ++k) fold(static_cast<uint64_t>(w[k]));
   }
   size_t out_index = 0;
   for (const SegmentOp& op : ops)
-    for (size_t k = 0; k < op.outputs.size(); ++k, ++out_index) {
+    for (size_t k = 0; k < op.outputs.size(); ++k, ++out_index)
       w.push_back(out_index < alive.size() && !alive[out_index] ? kDead : kAlive);
-      fold(static_cast<uint64_t>(w.back()));
-    }
   s.key = hash_words(w.data(), w.size());
-  s.family = family;
 }
 
 Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
@@ -168,7 +156,7 @@ bool Segmenter::content_cut(const SegmentOp& op) {
   after_cut_op_ = is_cut_after(op.op);  // the cut comes before the next other op
   if (!policy_.use_rolling_cut || recent_.size() < policy_.rolling_window) return false;
   const uint64_t h =
-      hash_bytes(recent_names_.data(), recent_names_.size() * sizeof(uint64_t), /*seed=*/0x5e9);
+      hash_bytes(recent_.data(), recent_.size() * sizeof(uint64_t), /*seed=*/0x5e9);
   if ((h & policy_.rolling_mask) != 0) return false;
   if (op.whole_run && policy_.keep_runs_whole) {
     deferred_cut_ = true;  // cut_before the run's next other op
@@ -189,18 +177,13 @@ bool Segmenter::cut_before(const SegmentOp& op) const {
 std::optional<CutReason> Segmenter::add(const SegmentOp& op) {
   if (op.barrier) {
     recent_.clear();
-    recent_names_.clear();
     before_start_.clear();
     return CutReason::kBarrier;
   }
   if (ops_.empty()) before_start_ = recent_;
   ops_.push_back(op);
   recent_.push_back(op.signature);
-  recent_names_.push_back(op.op);
-  if (recent_.size() > policy_.rolling_window) {
-    recent_.erase(recent_.begin());
-    recent_names_.erase(recent_names_.begin());
-  }
+  if (recent_.size() > policy_.rolling_window) recent_.erase(recent_.begin());
   if (content_cut(op)) return CutReason::kContent;
   if (ops_.size() >= policy_.max_length) return CutReason::kMaxLength;
   return std::nullopt;

@@ -43,9 +43,6 @@ struct Segment {
   uint64_t first_seq = 0;
   CutReason reason = CutReason::kFlush;
   std::vector<int64_t> words;           // the full canonical form the key hashes
-  // The segment's structure, shapes aside: its ops (by name, not signature), dataflow and
-  // liveness. Keys of one loop at different batch sizes share it.
-  uint64_t family = 0;
 };
 
 class Segmenter {
@@ -89,9 +86,6 @@ class Segmenter {
   SegmentPolicy policy_;
   std::vector<SegmentOp> ops_;
   std::vector<uint64_t> recent_;  // signatures of the last rolling_window ops (any segment)
-  // Their op names: the content hash reads these, so a loop is cut at the same ops
-  // whatever its shapes (keys of one family at every batch size).
-  std::vector<uint64_t> recent_names_;
   std::vector<uint64_t> before_start_;  // recent_ when the open segment started
   bool after_cut_op_ = false;           // the open segment's last op is a cut_after op
   bool deferred_cut_ = false;           // a content cut waits for the end of a whole run

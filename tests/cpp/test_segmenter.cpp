@@ -71,40 +71,6 @@ TEST(Segmenter, SameLoopBodySameKeysAtAnyPhase) {
   for (size_t phase = 1; phase < 12; ++phase) EXPECT_EQ(steady_keys(phase, policy), reference) << phase;
 }
 
-TEST(Segmenter, ShapesChangeKeysButNotCutsOrFamilies) {
-  // The same loop at another batch size: every op's signature differs, its name does not.
-  // Content cuts read names, so segments end at the same ops; their keys differ, their
-  // families (structure, shapes aside) do not.
-  auto run = [](uint64_t shape) {
-    Loop loop;
-    for (auto& s : loop.signatures) s = s * 1000003 + shape;
-    SegmentPolicy policy;
-    policy.rolling_mask = 0x3;  // a content cut every ~4 ops
-    Segmenter seg(policy);
-    std::vector<Segment> closed;
-    for (int it = 0; it < 8; ++it)
-      for (auto& op : loop.iteration()) seg.push(op, closed);
-    return closed;
-  };
-  const std::vector<Segment> a = run(16), b = run(24);
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_GT(a.size(), 2u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].length, b[i].length) << i;
-    EXPECT_NE(a[i].key, b[i].key) << i;
-    EXPECT_EQ(a[i].family, b[i].family) << i;
-    EXPECT_NE(a[i].family, 0u);
-  }
-  // Another op in the body is another family; other signatures alone are not.
-  Loop loop;
-  auto ops = loop.iteration();
-  const uint64_t base = make_segment(ops, CutReason::kFlush, {}).family;
-  for (auto& op : ops) op.signature += 5;
-  EXPECT_EQ(make_segment(ops, CutReason::kFlush, {}).family, base);
-  ops[3].op = 77;
-  EXPECT_NE(make_segment(ops, CutReason::kFlush, {}).family, base);
-}
-
 TEST(Segmenter, ARunOfCutAfterOpsEndsOneSegment) {
   SegmentPolicy policy;
   policy.use_rolling_cut = false;

@@ -108,37 +108,3 @@ def test_bad_guard_knobs_get_one_clear_error(key, value, tmp_path):
     with pytest.raises(ValueError, match=key):
         neuron_eager.set_policy(str(f))
     assert neuron_eager.get_policy()["guard"] in (True, False)  # the active policy is intact
-
-
-def _shape_changing_counters(share):
-    # A chain whose batch size changes every 12 steps, through 6 sizes twice, a host read
-    # each step; the guard never keeps (margin 1) and re-trials are far off.
-    neuron_eager.set_policy({"guard_margin": 1.0, "guard_min_pairs": 3, "guard_max_pairs": 3,
-                             "guard_retry_after": 1000000, "min_group_elements": 0,
-                             "guard_share_family": share})
-    neuron_eager.reset_fusion_state()
-    before = neuron_eager.counters()
-    xs = [torch.randn(rows, 64) for rows in (40, 44, 48, 52, 56, 60)]
-    for rnd in range(2):
-        for x in xs:
-            xn, expected = x.to("neuron"), chain(x)
-            for _ in range(12):
-                assert torch.equal(chain(xn).cpu(), expected)
-    after = neuron_eager.counters()
-    return {k: after[k] - before[k] for k in ("guard_trials", "guard_retrials", "guard_family_joins",
-                                              "programs", "ops_settled")}
-
-
-def test_keys_of_one_family_share_a_trial_and_its_verdict(adaptive):
-    # Every batch size is a new key: each alone would need its own trial (with few
-    # occurrences per size it may never end one). Keys of one family (the same ops at
-    # other shapes) share one guard: one trial, its verdict taken by every later key, and
-    # once demoted the stream settles instead of recording every new size.
-    shared = _shape_changing_counters(True)
-    assert shared["programs"] >= 6, shared
-    assert shared["guard_trials"] <= 2, shared
-    assert shared["guard_family_joins"] >= shared["programs"] - shared["guard_trials"], shared
-    assert shared["ops_settled"] > 0, shared
-    alone = _shape_changing_counters(False)
-    assert alone["guard_family_joins"] == 0, alone
-    assert alone["guard_trials"] >= 6, alone
