@@ -90,6 +90,7 @@ Stream& stream(int core, int64_t id) {
   s = slot.load(std::memory_order_acquire);
   if (s == nullptr) {
     s = new Stream(core, id);  // lives for the process, like a hardware queue
+    if (id == kCollectiveStream) s->mark_transport();
     slot.store(s, std::memory_order_release);
   }
   return *s;

@@ -111,6 +111,8 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
     }
     if (spin < 200) {
       cpu_relax();
+    } else if (transport_.load(std::memory_order_relaxed)) {
+      break;  // a transport's next call can afford a wake-up; its peers need the core
     } else {
       if (std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(2)) break;
       std::this_thread::yield();
@@ -202,10 +204,21 @@ void Stream::wait_until(uint64_t target) {
     explicit HostWaiting(std::atomic<int>& c) : count(c) { count.fetch_add(1, std::memory_order_relaxed); }
     ~HostWaiting() { count.fetch_sub(1, std::memory_order_relaxed); }
   } waiting(host_waiters_);
-  for (int spin = 0; spin < 4000 && completed_.load(std::memory_order_acquire) < target; ++spin)
+  const int spins = waits_on_transport() ? 0 : 4000;
+  for (int spin = 0; spin < spins && completed_.load(std::memory_order_acquire) < target; ++spin)
     cpu_relax();
   if (completed_.load(std::memory_order_acquire) >= target) return;
   const bool host = t_worker_stream == nullptr;  // a worker waiting for another stream is no host
+  // A worker waiting for a transport stream makes its own stream one to sleep on too.
+  struct TransportWait {
+    const Stream* waiter;
+    TransportWait(const Stream* w, bool on) : waiter(on ? w : nullptr) {
+      if (waiter) waiter->transport_waits_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~TransportWait() {
+      if (waiter) waiter->transport_waits_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } transport_wait(t_worker_stream, !host && waits_on_transport());
   struct HostBlocked {
     std::atomic<int64_t>* since;
     explicit HostBlocked(std::atomic<int64_t>* s) : since(s) {
@@ -232,7 +245,9 @@ void Stream::wait_until(uint64_t target) {
     const auto long_from = start + std::chrono::nanoseconds(g_long_wait_ns.load(std::memory_order_relaxed));
     auto done = [w] { return w->self->completed_.load(std::memory_order_acquire) >= w->target; };
     bool freed = !w->host;
-    const int64_t budget_us = g_sync_yield_us.load(std::memory_order_relaxed);
+    // Yield only while the awaited worker computes: one that waits on a transport needs
+    // no core, and the transport's threads and the peer processes do.
+    const int64_t budget_us = w->self->waits_on_transport() ? 0 : g_sync_yield_us.load(std::memory_order_relaxed);
     if (budget_us > 0) {
       const auto until = start + std::chrono::microseconds(budget_us);
       for (auto now = start; !done() && now < until; now = std::chrono::steady_clock::now()) {

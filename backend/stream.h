@@ -76,6 +76,16 @@ class Stream {
   int device() const { return device_; }
   int64_t id() const { return id_; }
 
+  // Marks a stream whose items wait on another process (collectives over a transport). A
+  // wait for it, or for a stream whose worker is waiting for it, sleeps at once instead of
+  // yielding its core first: what it waits on is the transport's threads and the peers,
+  // which need that core. Set once, before the stream gets work.
+  void mark_transport() { transport_.store(true, std::memory_order_relaxed); }
+  // True when a wait for this stream should sleep at once (see mark_transport).
+  bool waits_on_transport() const {
+    return transport_.load(std::memory_order_relaxed) || transport_waits_.load(std::memory_order_relaxed) > 0;
+  }
+
   // Called once on each new worker thread before it runs items (the engine sets up
   // per-thread state there, such as the intra-op thread count).
   static void set_thread_init(void (*init)());
@@ -99,6 +109,8 @@ class Stream {
 
   const int device_;
   const int64_t id_;
+  std::atomic<bool> transport_{false};
+  mutable std::atomic<int> transport_waits_{0};  // > 0 while the worker waits for a transport stream
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "trace/log.h"
@@ -54,6 +55,32 @@ bool parse_visible_cores(const std::string& text, int machine_cores, int& count)
 }
 
 }  // namespace
+
+std::string trace_path_for_process(const std::string& path, const std::optional<std::string>& rank,
+                                   const std::optional<std::string>& world_size) {
+  const std::string r = rank.value_or("0");
+  std::string out;
+  bool named_rank = false;
+  for (size_t i = 0; i < path.size();) {
+    if (path.compare(i, 6, "{rank}") == 0) {
+      out += r;
+      named_rank = true;
+      i += 6;
+    } else if (path.compare(i, 5, "{pid}") == 0) {
+      out += std::to_string(::getpid());
+      i += 5;
+    } else {
+      out += path[i++];
+    }
+  }
+  long long world = 1;
+  if (named_rank || !rank || !world_size || !parse_int(*world_size, world) || world <= 1) return out;
+  // One file per rank: ranks of one job writing the same file would corrupt it.
+  const size_t slash = out.rfind('/');
+  const size_t dot = out.rfind('.');
+  const size_t at = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1) ? dot : out.size();
+  return out.substr(0, at) + ".rank" + r + out.substr(at);
+}
 
 const char* mode_name(Mode mode) { return mode == Mode::kAdaptive ? "adaptive" : "eager"; }
 
@@ -164,7 +191,7 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.pin_workers = *v == "1";
   }
-  if (auto v = env("NEURON_TRACE")) c.trace_path = *v;
+  if (auto v = env("NEURON_TRACE")) c.trace_path = trace_path_for_process(*v, env("RANK"), env("WORLD_SIZE"));
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
   if (auto v = env("NEURON_NUMERICS")) {
     if (*v != "exact" && *v != "fast") {

@@ -32,6 +32,12 @@ struct Config {
 // Reads NEURON_* from the environment. On a bad value returns std::nullopt and sets error.
 std::optional<Config> config_from_env(std::string& error);
 
+// NEURON_TRACE's path for this process: {rank} becomes the RANK variable (0 when unset),
+// {pid} the process id; in a job of several ranks (WORLD_SIZE > 1) a path that names no
+// {rank} gets ".rank<N>" before its extension, so ranks never write one file.
+std::string trace_path_for_process(const std::string& path, const std::optional<std::string>& rank,
+                                   const std::optional<std::string>& world_size);
+
 const char* mode_name(Mode mode);
 // Parses "eager"/"adaptive"; false for anything else.
 bool parse_mode(const std::string& text, Mode& out);

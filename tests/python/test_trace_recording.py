@@ -2,8 +2,11 @@
 summarised and exported (the synthetic-file checks live in test_trace_viewer.py)."""
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 import torch
 import torch.nn as nn
@@ -88,3 +91,24 @@ def test_neuron_trace_env_writes_a_trace_at_exit(tmp_path):
     assert r.returncode == 0, r.stderr
     trace = nt.load(path)
     assert int((trace.events["kind"] == 1).sum()) >= 10
+
+
+@pytest.mark.parametrize("name, env, expected", [
+    ("run.ntrace", {"RANK": "1", "WORLD_SIZE": "2"}, "run.rank1.ntrace"),  # torchrun: one file per rank
+    ("run", {"RANK": "3", "WORLD_SIZE": "4"}, "run.rank3"),
+    ("r{rank}.ntrace", {"RANK": "1", "WORLD_SIZE": "2"}, "r1.ntrace"),  # the user placed the rank
+    ("run.ntrace", {"RANK": "0", "WORLD_SIZE": "1"}, "run.ntrace"),  # one rank: the path as given
+    ("p{pid}.ntrace", {}, None),
+])
+def test_neuron_trace_path_names_the_rank_or_pid(tmp_path, name, env, expected):
+    code = ("import os, torch\n"
+            "x = torch.ones(64, device='neuron') * 2\n"
+            "print(os.getpid(), x.sum().item())\n")
+    full_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={**full_env, "NEURON_TRACE": str(tmp_path / name), **env})
+    assert r.returncode == 0, r.stderr
+    if expected is None:
+        expected = f"p{r.stdout.split()[0]}.ntrace"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [expected]
+    assert len(nt.load(tmp_path / expected).events) > 0
