@@ -38,6 +38,12 @@ void Event::block(Stream& stream) {
   stream.enqueue(std::make_unique<EventWait>(shared_from_this(), generation));
 }
 
+void Event::block_deferred(Stream& stream) {
+  const uint64_t generation = recorded_.load();
+  if (generation == 0 || completed_.load() >= generation) return;
+  stream.defer(std::make_unique<EventWait>(shared_from_this(), generation));
+}
+
 bool Event::query() const { return completed_.load() >= recorded_.load(); }
 
 void Event::synchronize() {

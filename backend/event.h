@@ -19,6 +19,9 @@ class Event : public std::enable_shared_from_this<Event> {
   explicit Event(int device) : device_(device) {}
   void record(Stream& stream);
   void block(Stream& stream);
+  // block(), held back until the stream's next item or sync (Stream::defer): for waits a
+  // later one covers, such as the end of each collective on the in-order collective stream.
+  void block_deferred(Stream& stream);
   bool query() const;
   void synchronize();
   // Milliseconds between this event's completion and end's.

@@ -61,7 +61,34 @@ void Stream::enqueue(std::unique_ptr<WorkItem> item) {
   bool wake;
   {
     std::lock_guard lock(mutex_);
+    if (deferred_) {
+      queue_.push_back(std::move(deferred_));
+      has_deferred_.store(false, std::memory_order_relaxed);
+      enqueued_.fetch_add(1, std::memory_order_release);
+    }
     queue_.push_back(std::move(item));
+    enqueued_.fetch_add(1, std::memory_order_release);
+    wake = worker_sleeping_;
+  }
+  if (wake) work_cv_.notify_one();
+}
+
+void Stream::defer(std::unique_ptr<WorkItem> item) {
+  std::unique_ptr<WorkItem> replaced;  // destroyed outside the lock
+  std::lock_guard lock(mutex_);
+  replaced = std::move(deferred_);
+  deferred_ = std::move(item);
+  has_deferred_.store(true, std::memory_order_release);
+}
+
+void Stream::flush_deferred() {
+  if (!has_deferred_.load(std::memory_order_acquire)) return;
+  bool wake;
+  {
+    std::lock_guard lock(mutex_);
+    if (!deferred_) return;
+    queue_.push_back(std::move(deferred_));
+    has_deferred_.store(false, std::memory_order_relaxed);
     enqueued_.fetch_add(1, std::memory_order_release);
     wake = worker_sleeping_;
   }
@@ -111,8 +138,10 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
     }
     if (spin < 200) {
       cpu_relax();
-    } else if (transport_.load(std::memory_order_relaxed)) {
-      break;  // a transport's next call can afford a wake-up; its peers need the core
+    } else if (transport_.load(std::memory_order_relaxed) || g_sync_yield_us.load(std::memory_order_relaxed) == 0) {
+      // A transport's next call can afford a wake-up, and its peers need the core; with no
+      // sync yield the machine's cores are shared with other processes, which need them.
+      break;
     } else {
       if (std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(2)) break;
       std::this_thread::yield();
@@ -178,6 +207,7 @@ void Stream::worker_loop() {
 }
 
 bool Stream::idle() const {
+  if (has_deferred_.load(std::memory_order_acquire)) return false;
   return completed_.load(std::memory_order_acquire) == enqueued_.load(std::memory_order_acquire);
 }
 
@@ -187,11 +217,15 @@ int64_t Stream::pending() const {
 }
 
 void Stream::synchronize() {
+  flush_deferred();
   wait_until(enqueued_.load(std::memory_order_acquire));
   raise_pending_error();
 }
 
-void Stream::drain() { wait_until(enqueued_.load(std::memory_order_acquire)); }
+void Stream::drain() {
+  flush_deferred();
+  wait_until(enqueued_.load(std::memory_order_acquire));
+}
 
 void Stream::wait_for_backlog(uint64_t backlog) {
   const uint64_t enqueued = enqueued_.load(std::memory_order_acquire);

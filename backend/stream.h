@@ -41,6 +41,14 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   void enqueue(std::unique_ptr<WorkItem> item);
+  // Holds a wait item back: it is queued just before the next item enqueued here, or when
+  // a sync, drain or query needs it. A later defer() replaces a held item; the caller
+  // guarantees the new one covers it (Work.wait()s on one in-order collective stream: the
+  // latest collective's end covers the earlier ones). A loop of blocking collectives then
+  // queues one wait on the current stream, not one per call, each waking its worker.
+  void defer(std::unique_ptr<WorkItem> item);
+  // Queues a held item now (see defer).
+  void flush_deferred();
   // Waits until everything queued so far ran; throws WorkerError for a failed item.
   void synchronize();
   // Waits like synchronize() but keeps any error for the next sync.
@@ -48,7 +56,7 @@ class Stream {
   // Waits until at most `backlog` items are queued or running (errors stay for the next
   // sync). Not for the stream's own worker.
   void wait_for_backlog(uint64_t backlog);
-  // True when nothing is queued or running.
+  // True when nothing is queued, held (defer) or running.
   bool idle() const;
   // Items queued and not yet finished.
   int64_t pending() const;
@@ -115,6 +123,8 @@ class Stream {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::vector<std::unique_ptr<WorkItem>> queue_;
+  std::unique_ptr<WorkItem> deferred_;  // under mutex_ (defer)
+  std::atomic<bool> has_deferred_{false};
   bool worker_sleeping_ = false;
   // Threads blocked on done_cv_ (changed under mutex_): the worker takes the mutex to
   // notify only when one is, not after every item.

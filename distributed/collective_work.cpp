@@ -118,7 +118,7 @@ bool NeuronWork::wait(std::chrono::milliseconds /*timeout: the transport's own a
     std::lock_guard lock(g_marks_mutex);
     WaitMark& mark = g_marks[&stream];
     const uint64_t before = stream.enqueued();
-    issued_.end->block(stream);
+    issued_.end->block_deferred(stream);  // a later collective's wait covers this one
     if (mark.after != before) mark.run_start = before;  // something else was queued since
     mark.after = stream.enqueued();
   }

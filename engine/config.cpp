@@ -3,7 +3,10 @@
 #include <cctype>
 #include <cstdlib>
 #include <thread>
+#include <sched.h>
 #include <unistd.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "trace/log.h"
@@ -55,6 +58,21 @@ bool parse_visible_cores(const std::string& text, int machine_cores, int& count)
 }
 
 }  // namespace
+
+int usable_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) return CPU_COUNT(&allowed);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int64_t default_sync_yield_us(const std::optional<std::string>& local_world_size, int cpus) {
+  long long local = 1;
+  if (local_world_size && (!parse_int(*local_world_size, local) || local < 1)) local = 1;
+  // Each process keeps a host thread and a worker busy: yielding pays while that leaves
+  // cores idle, and takes them from the other processes when it does not.
+  return local * 2 <= cpus ? 20000 : 0;
+}
 
 std::string trace_path_for_process(const std::string& path, const std::optional<std::string>& rank,
                                    const std::optional<std::string>& world_size) {
@@ -183,6 +201,8 @@ std::optional<Config> config_from_env(std::string& error) {
       return std::nullopt;
     }
     c.sync_yield_us = n;
+  } else {
+    c.sync_yield_us = default_sync_yield_us(env("LOCAL_WORLD_SIZE"), usable_cpus());
   }
   if (auto v = env("NEURON_PIN_WORKERS")) {
     if (*v != "0" && *v != "1") {

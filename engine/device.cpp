@@ -155,7 +155,9 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   bool queryStream(const c10::Stream& stream) const override {
     flush_windows(stream.device_index());
-    return backend::stream(stream.device_index(), stream.id()).idle();
+    backend::Stream& s = backend::stream(stream.device_index(), stream.id());
+    s.flush_deferred();
+    return s.idle();
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     synchronize_stream(backend::stream(stream.device_index(), stream.id()));

@@ -145,3 +145,40 @@ TEST(DeviceMemory, EmptyCacheKeepsBlocksAStreamMayStillUse) {
   mem.empty_cache();
   EXPECT_EQ(mem.stats().reserved_bytes.current, 0);
 }
+
+TEST(Event, DeferredWaitsCoverEachOtherAndOrderTheNextItem) {
+  Stream comm(0, 43), current(0, 44);
+  std::atomic<bool> open{false};
+  std::atomic<int> n{0};
+  comm.enqueue(std::make_unique<GateItem>(&open));
+  auto first = std::make_shared<Event>(0), second = std::make_shared<Event>(0);
+  first->record(comm);
+  comm.enqueue(std::make_unique<CountItem>(&n, 0));
+  second->record(comm);
+  const uint64_t before = current.enqueued();
+  first->block_deferred(current);
+  second->block_deferred(current);  // replaces the first: comm runs in order
+  EXPECT_EQ(current.enqueued(), before);  // held, not queued
+  EXPECT_FALSE(current.idle());           // a held wait is work
+  current.enqueue(std::make_unique<CountItem>(&n, 1));  // runs after comm's item
+  EXPECT_EQ(current.enqueued(), before + 2);  // the one held wait, then the item
+  open.store(true);
+  current.synchronize();
+  EXPECT_EQ(n.load(), 2);
+  EXPECT_TRUE(current.idle());
+  // A held wait alone is queued by a sync.
+  std::atomic<bool> open2{false};
+  comm.enqueue(std::make_unique<GateItem>(&open2));
+  auto third = std::make_shared<Event>(0);
+  third->record(comm);
+  third->block_deferred(current);
+  EXPECT_FALSE(current.idle());
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    open2.store(true);
+  });
+  current.synchronize();
+  EXPECT_TRUE(third->query());
+  release.join();
+  EXPECT_TRUE(current.idle());
+}
