@@ -1,7 +1,7 @@
 """Collective bandwidth of the "neuron" process group against Gloo on CPU tensors.
 
     python bench/python/collectives.py                      # 2 processes, 4 KB - 64 MB
-    python bench/python/collectives.py --nproc 4 --rounds 7
+    python bench/python/collectives.py --nproc 4 --rounds 15
     python bench/python/collectives.py --sizes 4K,1M --ops all_reduce
 
 Launches itself under `torch.distributed.run --standalone`. One "cpu:gloo,neuron:neuron"
@@ -105,7 +105,7 @@ def main():
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--sizes", default=DEFAULT_SIZES)
     p.add_argument("--ops", default="all_reduce,all_gather")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--out", default="collectives.json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -3,8 +3,9 @@ against the same DDP on CPU tensors with Gloo.
 
     python bench/python/ddp_overlap.py                   # 2 processes, MLP 6 x 512
     python bench/python/ddp_overlap.py --nproc 4 --width 1024 --bucket-mb 4
+    python bench/python/ddp_overlap.py --model llama      # the suite's small Llama
 
-Launches itself under `torch.distributed.run --standalone`. Each rank trains the same MLP
+Launches itself under `torch.distributed.run --standalone`. Each rank trains the same model
 under DDP twice in turn, on CPU tensors (Gloo) and on neuron tensors (the neuron backend),
 in blocks of steps that alternate by round (medians of the block times). Then rank 0
 records a trace of the neuron steps: the communication time is the collective stream's
@@ -62,12 +63,26 @@ def worker(args):
     rank = dist.get_rank()
     torch.neuron.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.neuron.device_count())
     torch.manual_seed(0)
-    layers = []
-    for _ in range(args.depth):
-        layers += [nn.Linear(args.width, args.width), nn.GELU()]
-    base = nn.Sequential(*layers, nn.Linear(args.width, 10))
     g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(args.batch, args.width, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
+    if args.model == "llama":  # the suite's small Llama (4 layers, hidden 256), causal LM loss
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(vocab_size=1024, hidden_size=args.width, intermediate_size=args.width * 43 // 16,
+                             num_hidden_layers=args.depth, num_attention_heads=8, num_key_value_heads=4,
+                             max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        base = LlamaForCausalLM(config)
+        x = torch.randint(3, config.vocab_size, (args.batch, args.seq), generator=g)
+        y = x
+        loss_of = lambda model, xd, yd: model(input_ids=xd, labels=yd).loss
+        described = f"Llama {args.depth} layers x {args.width}, batch {args.batch} x {args.seq}"
+    else:
+        layers = []
+        for _ in range(args.depth):
+            layers += [nn.Linear(args.width, args.width), nn.GELU()]
+        base = nn.Sequential(*layers, nn.Linear(args.width, 10))
+        x, y = torch.randn(args.batch, args.width, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
+        loss_of = lambda model, xd, yd: nn.functional.cross_entropy(model(xd), yd)
+        described = f"MLP {args.depth} x {args.width}, batch {args.batch}"
 
     runs = {}
     for device in ("cpu", "neuron"):
@@ -78,7 +93,7 @@ def worker(args):
         xd, yd = x.to(device), y.to(device)
 
         def step(model=model, opt=opt, xd=xd, yd=yd):
-            nn.functional.cross_entropy(model(xd), yd).backward()
+            loss_of(model, xd, yd).backward()
             opt.step()
             opt.zero_grad()
 
@@ -113,7 +128,7 @@ def worker(args):
         hidden = overlap(comm, union(intervals(work)))
         total = sum(e - s for s, e in comm)
         cpu, neuron = statistics.median(times["cpu"]), statistics.median(times["neuron"])
-        print(f"{dist.get_world_size()} processes, MLP {args.depth} x {args.width}, batch {args.batch}, "
+        print(f"{dist.get_world_size()} processes, {described}, "
               f"buckets of {args.bucket_mb} MB, median of {args.rounds} blocks of {args.steps} steps")
         print(f"DDP step: gloo on CPU tensors {cpu * 1e3:.2f} ms, neuron {neuron * 1e3:.2f} ms "
               f"(neuron/cpu time {neuron / cpu:.2f}x)")
@@ -126,19 +141,23 @@ def worker(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--depth", type=int, default=6)
-    p.add_argument("--width", type=int, default=512)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--model", choices=("mlp", "llama"), default="mlp")
+    p.add_argument("--depth", type=int, default=None, help="layers (MLP 6, Llama 4)")
+    p.add_argument("--width", type=int, default=None, help="hidden size (MLP 512, Llama 256)")
+    p.add_argument("--batch", type=int, default=None, help="MLP 64, Llama 4")
+    p.add_argument("--seq", type=int, default=128, help="Llama sequence length")
     p.add_argument("--bucket-mb", type=float, default=1.0)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    defaults = {"mlp": (6, 512, 64), "llama": (4, 256, 4)}[args.model]
+    args.depth, args.width, args.batch = (v if v is not None else d for v, d in zip((args.depth, args.width, args.batch), defaults))
     if args.worker:
         return worker(args)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
            os.path.abspath(__file__), "--worker"]
-    for k in ("depth", "width", "batch", "bucket_mb", "steps", "rounds"):
+    for k in ("model", "depth", "width", "batch", "seq", "bucket_mb", "steps", "rounds"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
 

@@ -12,6 +12,8 @@ script kept beside this file and checks what its ranks print:
   losses and gathered weights bit-equal to FSDP2 on CPU/Gloo; a sharded DTensor matmul;
   tensor parallelism (parallelize_module, column/row-wise); its distributed checkpoint
   loaded in one process (another world size);
+- bench/python/tp_fsdp.py: a tiny Llama with tensor parallelism on attention and MLP and
+  FSDP2 on a 2-D (dp, tp) mesh, 2 and 4 processes, bit-equal to CPU/Gloo;
 - dist_errors.py: bad input gets one clear error, a dead peer an error naming the
   collective at the next sync, mismatched shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL) torch's
   mismatch error on both ranks; nothing hangs (each run has a deadline).
@@ -147,3 +149,22 @@ def test_benches_run_tiny(tmp_path):
                        capture_output=True, text=True, timeout=DEADLINE_S, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "hidden behind device work" in r.stdout and "all-reduces in 1 traced steps" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_llama_tensor_parallel_and_2d_fsdp(nproc):
+    """bench/python/tp_fsdp.py: a tiny Llama with tensor parallelism on its attention and MLP
+    (column/row-wise) over a "tp" mesh dimension of 2 and FSDP2 over "dp" (1 with 2
+    processes, 2 with 4: a 2-D mesh), 4 AdamW steps checked, then timed blocks: losses of
+    every step and the final gathered weights bit-equal to the same run on CPU with Gloo
+    (the script exits 1 otherwise)."""
+    pytest.importorskip("transformers", reason="the model is transformers' LlamaForCausalLM")
+    bench = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "python")
+    r = subprocess.run([sys.executable, os.path.join(bench, "tp_fsdp.py"), "--nproc", str(nproc), "--tp", "2", "--tiny",
+                        "--steps", "4", "--rounds", "1", "--block", "1", "--seq", "16", "--timeout", str(DEADLINE_S)],
+                       capture_output=True, text=True, timeout=DEADLINE_S + 30, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    result = json.loads([l for l in r.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    assert (result["world"], result["dp"], result["tp"]) == (nproc, nproc // 2, 2)
+    assert len(result["losses"]) == 4 and len(set(result["losses"])) > 1  # it trains
+    assert result["cpu_step_s"] > 0 and result["neuron_step_s"] > 0
