@@ -211,6 +211,10 @@ std::optional<Config> config_from_env(std::string& error) {
     }
     c.pin_workers = *v == "1";
   }
+  if (auto v = env("LOCAL_RANK")) {  // torchrun's: not ours to reject, only to use
+    long long n = 0;
+    if (parse_int(*v, n) && n >= 0 && n < (1 << 20)) c.local_rank = static_cast<int>(n);
+  }
   if (auto v = env("NEURON_TRACE")) c.trace_path = trace_path_for_process(*v, env("RANK"), env("WORLD_SIZE"));
   if (auto v = env("NEURON_FUSION_POLICY")) c.policy_path = *v;
   if (auto v = env("NEURON_NUMERICS")) {

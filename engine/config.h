@@ -20,6 +20,7 @@ struct Config {
   int worker_threads = 0;  // intra-op threads for large work items; 0: CPU eager's count
   int64_t sync_yield_us = 20000;  // how long a waiting host thread yields before it sleeps (default_sync_yield_us)
   bool pin_workers = true;        // each worker team thread on its own CPU
+  int local_rank = -1;  // torchrun's LOCAL_RANK; -1 when unset (or not a number)
   std::string trace_path;
   std::string policy_path;
   bool fast_numerics = false;  // NEURON_NUMERICS=fast: every policy's numerics default

@@ -6,6 +6,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -92,7 +93,8 @@ std::vector<at::Generator>& default_generators() {
 
 // ---- guard ----------------------------------------------------------------
 
-thread_local c10::DeviceIndex t_current_device = 0;
+std::atomic<c10::DeviceIndex> g_default_device{0};
+thread_local c10::DeviceIndex t_current_device = g_default_device.load(std::memory_order_relaxed);
 thread_local std::array<int64_t, 64> t_current_stream{};
 
 using EventHandle = std::shared_ptr<backend::Event>;
@@ -227,6 +229,12 @@ c10::DeviceIndex current_device() { return t_current_device; }
 
 void set_current_device(c10::DeviceIndex index) {
   check_device_index(index);
+  t_current_device = index;
+}
+
+void set_default_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  g_default_device.store(index, std::memory_order_relaxed);
   t_current_device = index;
 }
 

@@ -117,6 +117,7 @@ const Config& init_from_env() {
     register_fast_ops();
     register_cpu_kernel_routes();
     g_initialized = true;
+    if (g_config.local_rank >= 0) set_default_device(static_cast<c10::DeviceIndex>(g_config.local_rank % g_config.cores));
     if (!g_config.trace_path.empty()) start_trace(g_config.trace_path);
     if (g_config.mode == Mode::kAdaptive)
       trace::log(trace::LogLevel::kDebug,

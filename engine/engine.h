@@ -28,6 +28,9 @@ int device_count();
 void check_device_index(c10::DeviceIndex index);
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
+// The current device of threads that never set one (and of the calling thread): under
+// torchrun, LOCAL_RANK % device_count(), so each rank of a machine uses its own core.
+void set_default_device(c10::DeviceIndex index);
 int64_t current_stream_id(c10::DeviceIndex index);
 void set_current_stream_id(c10::DeviceIndex index, int64_t id);
 backend::Stream& current_stream(c10::DeviceIndex index);

@@ -126,6 +126,28 @@ def test_visible_cores(visible, cores, count):
     assert f"N {count} 4.0" in r.stdout
 
 
+@pytest.mark.parametrize("local_rank,cores,visible,expected", [
+    ("1", "2", None, 1), ("3", "2", None, 1), ("0", "2", None, 0),
+    ("3", "4", "1-2", 1),  # two visible cores: LOCAL_RANK 3 -> neuron:1
+    ("1", "4", "2", 0),    # one visible core (accelerate's way): always neuron:0
+    ("x", "2", None, 0),   # not torchrun's number: ignored
+])
+def test_local_rank_picks_the_default_core(local_rank, cores, visible, expected):
+    """Under torchrun each rank uses core LOCAL_RANK % device_count() unless it sets one,
+    on every thread (a new thread too)."""
+    env = {"LOCAL_RANK": local_rank, "NEURON_CORES": cores}
+    if visible:
+        env["NEURON_RT_VISIBLE_CORES"] = visible
+    r = _run_py("import torch, threading\n"
+                "seen = []\n"
+                "t = threading.Thread(target=lambda: seen.append(torch.ones(1, device='neuron').device.index))\n"
+                "t.start(); t.join()\n"
+                "print('D', torch.neuron.current_device(), torch.ones(1, device='neuron').device.index, seen[0])\n"
+                "torch.neuron.set_device(0); print('S', torch.ones(1, device='neuron').device.index)", **env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"D {expected} {expected} {expected}" in r.stdout and "S 0" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("visible", ["2", "0,0", "1-0,"])
 def test_visible_cores_bad_values(visible):
     r = _run_py("import torch", NEURON_RT_VISIBLE_CORES=visible, NEURON_CORES="2")
