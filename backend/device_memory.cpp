@@ -20,6 +20,15 @@ struct BlockHeader {
 };
 constexpr uint64_t kMagic = 0x6e6575726f6e4d45ull;
 
+// Blocks of 1 MiB and more start on a page: the bytes in front of the user pointer are a
+// page, the header its last 64. Where a large block starts within its page changes the
+// speed of code that is not ours: Gloo's all_reduce of 64 MiB ran 54 ms on a page-aligned
+// buffer, 60 ms at offset 64 (CPU tensors) and 78 ms at offset 128, where aligned_alloc
+// put these blocks before (2 processes, this VM).
+constexpr size_t kPage = 4096;
+constexpr size_t kPageAlignedFrom = size_t{1} << 20;
+size_t lead_of(size_t size_class) { return size_class >= kPageAlignedFrom ? kPage : kHeader; }
+
 BlockHeader* header_of(const void* ptr) {
   return reinterpret_cast<BlockHeader*>(static_cast<char*>(const_cast<void*>(ptr)) - kHeader);
 }
@@ -95,9 +104,10 @@ void* DeviceMemory::allocate(size_t bytes, const Stream* stream) {
       reserved = static_cast<size_t>(stats_.reserved_bytes.current);
       if (reserved + size_class > capacity_) return nullptr;
     }
-    void* raw = std::aligned_alloc(64, size_class + kHeader);
+    const size_t lead = lead_of(size_class);
+    void* raw = std::aligned_alloc(lead, size_class + lead);
     if (raw == nullptr) return nullptr;
-    user = static_cast<char*>(raw) + kHeader;
+    user = static_cast<char*>(raw) + lead;
     stats_.reserved_bytes.add(static_cast<int64_t>(size_class));
     stats_.segments.add(1);
     ++stats_.num_device_alloc;
@@ -154,7 +164,7 @@ void DeviceMemory::release_cached_locked() {
     std::erase_if(blocks, [&, sc = size_class](const FreeBlock& b) {
       if (!b.free_for(nullptr)) return false;
       header_of(b.ptr)->magic = 0;
-      std::free(static_cast<char*>(b.ptr) - kHeader);
+      std::free(static_cast<char*>(b.ptr) - lead_of(sc));
       stats_.reserved_bytes.sub(static_cast<int64_t>(sc));
       stats_.segments.sub(1);
       ++stats_.num_device_free;

@@ -182,3 +182,17 @@ TEST(Event, DeferredWaitsCoverEachOtherAndOrderTheNextItem) {
   release.join();
   EXPECT_TRUE(current.idle());
 }
+
+TEST(DeviceMemory, BlocksOfAMebibyteAndMoreStartOnAPage) {
+  DeviceMemory mem(0, size_t{64} << 20);
+  void* small = mem.allocate(1000);
+  void* large = mem.allocate(size_t{3} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(large) % 4096, 0u);
+  EXPECT_EQ(DeviceMemory::owner(large), 0);
+  EXPECT_EQ(DeviceMemory::block_size(large), size_t{3} << 20);
+  mem.free(small);
+  mem.free(large);
+  mem.empty_cache();  // frees both from their own starts (ASan checks the pointers)
+  EXPECT_EQ(mem.stats().reserved_bytes.current, 0);
+}
