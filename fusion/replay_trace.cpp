@@ -99,7 +99,9 @@ ReplayTrace prepare_replay(const Event* ev, size_t n) {
       executes.push_back(&e);
     } else if (is(e, EventKind::kSegmentLiveness)) {
       liveness.push_back(&e);
-    } else if (is(e, EventKind::kCompileEnd)) {
+    } else if (is(e, EventKind::kCompileEnd) && e.aux != 2) {
+      // Tier-1 programs only: replay decides those. A tier-2 build (aux 2) ends whenever
+      // its background compiler does, and costs seconds, not a tier-1 compile's micros.
       compiles.push_back(&e);
     }
   }

@@ -290,7 +290,7 @@ def recorded_decisions(trace: Trace) -> Dict[str, Any]:
     cuts = ev[ev["kind"] == SEGMENT_CUT]
     fused = ev[ev["kind"] == SEGMENT_EXECUTE]
     fused_at = set(zip(fused["seq"].tolist(), fused["value"].tolist()))
-    compiles = ev[ev["kind"] == COMPILE_END]
+    compiles = ev[(ev["kind"] == COMPILE_END) & (ev["aux"] != 2)]  # tier 1: what replay decides
     return {
         "first_seq": cuts["seq"].astype(np.uint64), "length": cuts["aux"].astype(np.uint32),
         "key": cuts["value"].astype(np.uint64), "reason": cuts["flags"].astype(np.uint8),
