@@ -60,6 +60,24 @@ bool scratch_dead(const StreamState& state, const fusion::Step& step) {
   return true;
 }
 
+// Drops the candidates `differs` names (each notes the prefix it held up to `position`).
+// When none is left, the held ops run per op, counted as a divergence with `reason`.
+// Returns whether a candidate is left.
+template <typename Differs>
+bool keep_matching_candidates(StreamState& state, c10::DeviceIndex core, int64_t stream, uint32_t position,
+                              Differs differs, const char* reason) {
+  std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
+    const bool gone = differs(*c);
+    if (gone) note_prefix(*c, false, position);
+    return gone;
+  });
+  if (!state.candidates.empty()) return true;
+  ++g_divergences;
+  fallback_event(reason, static_cast<uint8_t>(core));
+  enqueue_per_op(state, core, stream);
+  return false;
+}
+
 }  // namespace
 
 void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
@@ -93,17 +111,10 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
       g_open_windows.fetch_add(1);
     }
   } else if (state.holding) {
-    std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
-      const bool differs = c->signatures.size() <= position || c->signatures[position] != signature;
-      if (differs) note_prefix(*c, false, position);
-      return differs;
-    });
-    if (state.candidates.empty()) {
-      ++g_divergences;
-      fallback_event("diverged from every ready segment: held ops run per op",
-                     static_cast<uint8_t>(core));
-      enqueue_per_op(state, core, stream);
-    }
+    keep_matching_candidates(
+        state, core, stream, position,
+        [&](const ReadyProgram& c) { return c.signatures.size() <= position || c.signatures[position] != signature; },
+        "diverged from every ready segment: held ops run per op");
   }
   state.plan.push_back(std::move(plan_op));
   if (!state.holding) {
@@ -157,19 +168,13 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
     if (!words_checked) {
       // Candidates whose words differ from the ops so far can never match: drop them.
       const std::vector<int64_t> words = state.segmenter.open_op_words();
-      std::erase_if(state.candidates, [&](const std::shared_ptr<ReadyProgram>& c) {
-        const bool differs = words.size() > c->words.size() ||
-                             !std::equal(words.begin(), words.end(), c->words.begin());
-        if (differs) note_prefix(*c, false, position + 1);
-        return differs;
-      });
-      if (state.candidates.empty()) {
-        ++g_divergences;
-        fallback_event("dataflow differs from every ready segment: held ops run per op",
-                       static_cast<uint8_t>(core));
-        enqueue_per_op(state, core, stream);
+      if (!keep_matching_candidates(
+              state, core, stream, position + 1,
+              [&](const ReadyProgram& c) {
+                return words.size() > c.words.size() || !std::equal(words.begin(), words.end(), c.words.begin());
+              },
+              "dataflow differs from every ready segment: held ops run per op"))
         return;
-      }
       words_checked = true;
       if (state.candidates.front() != lead) break;  // the plan to follow changed: wait for the cut
     }
