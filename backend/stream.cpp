@@ -61,16 +61,20 @@ void Stream::enqueue(std::unique_ptr<WorkItem> item) {
   bool wake;
   {
     std::lock_guard lock(mutex_);
-    if (deferred_) {
-      queue_.push_back(std::move(deferred_));
-      has_deferred_.store(false, std::memory_order_relaxed);
-      enqueued_.fetch_add(1, std::memory_order_release);
-    }
+    queue_deferred_locked();
     queue_.push_back(std::move(item));
     enqueued_.fetch_add(1, std::memory_order_release);
     wake = worker_sleeping_;
   }
   if (wake) work_cv_.notify_one();
+}
+
+bool Stream::queue_deferred_locked() {
+  if (!deferred_) return false;
+  queue_.push_back(std::move(deferred_));
+  has_deferred_.store(false, std::memory_order_relaxed);
+  enqueued_.fetch_add(1, std::memory_order_release);
+  return true;
 }
 
 void Stream::defer(std::unique_ptr<WorkItem> item) {
@@ -86,10 +90,7 @@ void Stream::flush_deferred() {
   bool wake;
   {
     std::lock_guard lock(mutex_);
-    if (!deferred_) return;
-    queue_.push_back(std::move(deferred_));
-    has_deferred_.store(false, std::memory_order_relaxed);
-    enqueued_.fetch_add(1, std::memory_order_release);
+    if (!queue_deferred_locked()) return;
     wake = worker_sleeping_;
   }
   if (wake) work_cv_.notify_one();

@@ -114,6 +114,8 @@ class Stream {
   // the stream stops with nothing queued.
   bool take_batch(std::vector<std::unique_ptr<WorkItem>>& batch);
   void wait_until(uint64_t target);
+  // Moves a held item (defer) into queue_, mutex_ held; false when none is held.
+  bool queue_deferred_locked();
 
   const int device_;
   const int64_t id_;

@@ -18,7 +18,7 @@ struct Config {
   size_t hbm_bytes = size_t{8} << 30;  // 8 GiB per core
   std::string log_level = "warn";
   int worker_threads = 0;  // intra-op threads for large work items; 0: CPU eager's count
-  int64_t sync_yield_us = 20000;  // how long a waiting host thread yields before it sleeps (default_sync_yield_us)
+  int64_t sync_yield_us = 20000;  // how long a waiting host thread yields before it sleeps (see config.cpp)
   bool pin_workers = true;        // each worker team thread on its own CPU
   int local_rank = -1;  // torchrun's LOCAL_RANK; -1 when unset (or not a number)
   std::string trace_path;
@@ -38,14 +38,6 @@ std::optional<Config> config_from_env(std::string& error);
 // {rank} gets ".rank<N>" before its extension, so ranks never write one file.
 std::string trace_path_for_process(const std::string& path, const std::optional<std::string>& rank,
                                    const std::optional<std::string>& world_size);
-
-// CPUs this process may run on (its affinity mask).
-int usable_cpus();
-// NEURON_SYNC_YIELD_US when unset: 20 ms while every process on the machine (torchrun's
-// LOCAL_WORLD_SIZE, 1 when unset) can have two CPUs, else 0. A yielding wait keeps its
-// core awake for a fast wake-up, but on a shared core it takes time from the other ranks
-// (4 ranks on 2 CPUs, TP x FSDP2: 0.68x of CPU/Gloo's step time with yielding, 1.03x without).
-int64_t default_sync_yield_us(const std::optional<std::string>& local_world_size, int cpus);
 
 const char* mode_name(Mode mode);
 // Parses "eager"/"adaptive"; false for anything else.
