@@ -42,15 +42,16 @@ void configure_native_once() {
     }
     o.prelude_headers = {"ATen/cpu/vec/vec.h", "ATen/cpu/vec/functional.h", "array", "algorithm", "cmath",
                          "cstdint", "cstring", "limits", "type_traits"};
-    std::string include, lib_dir;
+    std::string include, lib_dir, lib;
     Dl_info info{};
     if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) != 0 && info.dli_fname) {
-      const std::string lib = info.dli_fname;  // .../torch/lib/libtorch_cpu.so
+      lib = info.dli_fname;  // .../torch/lib/libtorch_cpu.so
       lib_dir = lib.substr(0, lib.rfind('/'));
       include = lib_dir + "/../include";
     }
     // ATen's vector math (Sleef) lives in libtorch_cpu.
     o.link_flags = {"-L" + lib_dir, "-Wl,--no-as-needed", "-ltorch_cpu", "-Wl,-rpath," + lib_dir};
+    if (!lib.empty()) o.stub_libraries = {{lib.substr(lib.rfind('/') + 1), lib_dir}};
     o.flags = {"-O2", "-std=gnu++17", "-w", "-fno-math-errno", "-fno-trapping-math",
                "-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(_GLIBCXX_USE_CXX11_ABI),
                "-isystem", include};

@@ -118,8 +118,9 @@ NativeResult NativeCompiler::compile_to(const std::string& source, const NativeC
   if (const std::string prelude = prelude_.include_path(); !prelude.empty())
     flags.insert(flags.end(), {"-include", prelude});
   const uint64_t start = steady_ns();
-  const int status = compile_shared_object(o.compiler, flags, o.link_flags, src_path, tmp_so,
-                                           log_path, o.compile_timeout_ms);
+  const std::vector<std::string> link = link_stubs_.link_flags(o, compiler_identity());
+  const int status = compile_shared_object(o.compiler, flags, link, src_path, tmp_so, log_path,
+                                           o.compile_timeout_ms);
   r.build_ns = steady_ns() - start;
   compiles_.fetch_add(1);
   std::error_code ec;

@@ -20,6 +20,7 @@
 #include "fusion/cache_hygiene.h"
 #include "fusion/codegen.h"
 #include "fusion/compile_prelude.h"
+#include "fusion/link_stub.h"
 #include "trace/counters.h"
 
 namespace neuron::fusion {
@@ -38,6 +39,14 @@ struct NativeOptions {
   // every kernel includes first.
   std::string prelude_dir;
   std::vector<std::string> prelude_headers;
+  // Libraries the kernels call that this process has loaded: kernels link against empty
+  // stand-ins with their sonames (link_stub.h), run with the loaded ones; link_flags
+  // when the stand-ins cannot be built. The cache key does not depend on which.
+  struct StubLibrary {
+    std::string soname;   // e.g. libtorch_cpu.so
+    std::string run_dir;  // the real library's folder (the kernel's rpath)
+  };
+  std::vector<StubLibrary> stub_libraries;
 };
 
 struct NativeResult {
@@ -107,6 +116,7 @@ class NativeCompiler {
   std::atomic<bool> cache_unwritable_{false};
   std::atomic<int64_t> in_flight_{0};
   CompilePrelude prelude_;
+  LinkStubs link_stubs_;
 };
 
 }  // namespace neuron::fusion

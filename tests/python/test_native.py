@@ -211,14 +211,27 @@ def test_kernels_compile_with_the_precompiled_prelude(tmp_path):
     assert list((tmp_path / "pch").rglob("neuron_prelude.h.gch"))
     later = [l for l in lines[headers[0] + 1:] if "-shared" in l]
     assert later and all("-include" in l for l in later), lines
-    # A prelude folder that cannot be created: kernels compile without it.
+    # Kernels link against the empty stand-in for libtorch_cpu.so built once beside the
+    # prelude (the linker never reads the real 430 MB library); they load and run with
+    # the loaded one, as the bit-equal results above show.
+    kernels = [l for l in lines if "-shared" in l and ".cpp" in l]
+    stubs = list((tmp_path / "pch").rglob("link-*/libtorch_cpu.so"))
+    assert len(stubs) == 1 and stubs[0].stat().st_size < 64 * 1024, stubs
+    assert kernels and all(f"-L{stubs[0].parent} " in l and "-l:libtorch_cpu.so" in l
+                           and "-ltorch_cpu" not in l for l in kernels), kernels
+    assert len([l for l in lines if "-soname,libtorch_cpu.so" in l]) == 1, lines
+    # A prelude folder that cannot be created: kernels compile without the prelude and
+    # link against the real library.
     (tmp_path / "file").write_text("")
+    log.write_text("")
     env.update(NEURON_CACHE_DIR=str(tmp_path / "cache2"), NEURON_PRELUDE_DIR=str(tmp_path / "file" / "pch"))
     p = subprocess.run([sys.executable, str(script), "--programs", "3", "--seed", "12"], env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["mismatches"] == [] and r["counters"]["native_build_failures"] == 0, r
+    kernels = [l for l in log.read_text().splitlines() if "-shared" in l and ".cpp" in l]
+    assert kernels and all("-ltorch_cpu" in l for l in kernels), kernels
 
 
 def test_hung_compiler_is_killed_and_tier1_keeps_running(tmp_path):
