@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "fusion/compiler_process.h"
 #include "fusion/policy.h"
 
 namespace neuron::backend {
@@ -143,6 +144,12 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
       // A transport's next call can afford a wake-up, and its peers need the core; with no
       // sync yield the machine's cores are shared with other processes, which need them.
       break;
+    } else if (fusion::children_running()) {
+      // While a tier-2 compiler runs, a yield hands it the core for a whole time slice
+      // (SCHED_IDLE tasks share the run queue): spin a little without yielding (the
+      // host's next op is usually microseconds away), then leave the core to it.
+      if (std::chrono::steady_clock::now() - idle_since > std::chrono::microseconds(100)) break;
+      cpu_relax();
     } else {
       if (std::chrono::steady_clock::now() - idle_since > std::chrono::milliseconds(2)) break;
       std::this_thread::yield();
@@ -282,10 +289,14 @@ void Stream::wait_until(uint64_t target) {
     bool freed = !w->host;
     // Yield only while the awaited worker computes: one that waits on a transport needs
     // no core, and the transport's threads and the peer processes do.
-    const int64_t budget_us = w->self->waits_on_transport() ? 0 : g_sync_yield_us.load(std::memory_order_relaxed);
+    // Nor while a tier-2 compiler runs (see take_batch).
+    const int64_t budget_us = w->self->waits_on_transport() || fusion::children_running()
+                                  ? 0
+                                  : g_sync_yield_us.load(std::memory_order_relaxed);
     if (budget_us > 0) {
       const auto until = start + std::chrono::microseconds(budget_us);
-      for (auto now = start; !done() && now < until; now = std::chrono::steady_clock::now()) {
+      for (auto now = start; !done() && now < until && !fusion::children_running();
+           now = std::chrono::steady_clock::now()) {
         if (!freed && now >= long_from) {
           free_host_openmp_team();
           freed = true;

@@ -60,7 +60,10 @@ void stop_running_builds() {
   running().clear();
 }
 
+std::atomic<int> g_children{0};
+
 void note_running(pid_t group, std::vector<std::string> files) {
+  g_children.fetch_add(1, std::memory_order_relaxed);
   static std::once_flag once;
   std::call_once(once, [] { std::atexit(stop_running_builds); });
   std::lock_guard lock(running_mutex());
@@ -74,11 +77,14 @@ void note_finished(pid_t group) {
     r.erase(std::remove_if(r.begin(), r.end(), [&](const Running& x) { return x.group == group; }),
             r.end());
   }
+  g_children.fetch_sub(1, std::memory_order_relaxed);
   while (exiting.load()) ::pause();
 }
 }  // namespace
 
 namespace neuron::fusion {
+
+bool children_running() { return g_children.load(std::memory_order_relaxed) > 0; }
 
 int run_process(const std::vector<std::string>& argv, const std::string& log_path,
                 uint64_t timeout_ms, const std::vector<std::string>& outputs) {

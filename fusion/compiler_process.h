@@ -16,6 +16,9 @@ inline constexpr int kProcessTimedOut = -2;
 // process exits while it runs.
 int run_process(const std::vector<std::string>& argv, const std::string& log_path,
                 uint64_t timeout_ms = 0, const std::vector<std::string>& outputs = {});
+// Whether a process run_process started (a compiler) is running now: waiting threads then
+// sleep instead of yielding (backend/stream.cpp), since a yield hands the core to it.
+bool children_running();
 // The first line `compiler --version` prints, or "unknown compiler NAME".
 std::string compiler_version(const std::string& compiler);
 // Builds the shared object out_path from source_path (`compiler flags -shared -fPIC -o
