@@ -112,7 +112,10 @@ def run_adamw(rounds):
 
 def main(only, rounds):
     neuron_eager.set_mode("adaptive")
-    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1})
+    # The guard off: a key it demoted on tier 1's first timings would run per op from then
+    # on, and whether a group ever asked for its kernel (or found its operands unfit for
+    # one) would hang on those timings (CI once saw the non-contiguous case never ask).
+    neuron_eager.set_policy({"tier": "native", "hot_threshold": 2, "native_min_runs": 1, "guard": False})
     try:
         out = {name: run_case(name, rounds) for name in CASES if not only or name == only}
         if not only or only == "torch_adamw":
