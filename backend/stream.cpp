@@ -289,10 +289,8 @@ void Stream::wait_until(uint64_t target) {
     bool freed = !w->host;
     // Yield only while the awaited worker computes: one that waits on a transport needs
     // no core, and the transport's threads and the peer processes do.
-    // Nor while a tier-2 compiler runs (see take_batch).
-    const int64_t budget_us = w->self->waits_on_transport() || fusion::children_running()
-                                  ? 0
-                                  : g_sync_yield_us.load(std::memory_order_relaxed);
+    // Nor while a tier-2 compiler runs (see take_batch): the loop ends once one starts.
+    const int64_t budget_us = w->self->waits_on_transport() ? 0 : g_sync_yield_us.load(std::memory_order_relaxed);
     if (budget_us > 0) {
       const auto until = start + std::chrono::microseconds(budget_us);
       for (auto now = start; !done() && now < until && !fusion::children_running();
