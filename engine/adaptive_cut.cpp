@@ -58,6 +58,22 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
                   uint64_t count, c10::DeviceIndex core, int64_t stream) {
   fusion::KeyGuard& guard = *guard_ptr;
   const uint8_t core8 = static_cast<uint8_t>(core);
+  // The guard counts its own occurrences: a family's, every member's.
+  count = ready.guard_seen ? ready.guard_seen->fetch_add(1, std::memory_order_relaxed) + 1 : count;
+  if (ready.family_guard) {
+    // Another member of the family may have ended the trial or started a re-trial:
+    // this key follows (its occurrence now was planned under the old state: no sample).
+    const bool family_on_trial = guard.on_trial();
+    if (ready.on_trial.load() != family_on_trial) {
+      ready.on_trial = family_on_trial;
+      ready.per_op = guard.next_mode() == fusion::RunMode::kPerOp;
+      trace_cache().transition(ready.key, family_on_trial      ? trace::SegmentState::kOnTrial
+                                          : ready.per_op.load() ? trace::SegmentState::kDemoted
+                                          : has_tier2_kernel(ready) ? trace::SegmentState::kReadyTier2
+                                                                    : trace::SegmentState::kReadyTier1);
+      return;
+    }
+  }
   if (ready.on_trial.load()) {
     // A fused run during a tier-2 trial is no sample: the guard's trial waits (the key
     // keeps running fused: the tier-2 trial needs fused runs, a few at most).
@@ -75,7 +91,9 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
       return;
     }
     const bool keep = report.verdict == fusion::GuardVerdict::kKeep;
-    if (!keep && tier2_needs_runs(ready)) {
+    // (A family's trial starts over twice at most: its fused runs are spread over its
+    // members, whose gates may each wait long for theirs.)
+    if (!keep && tier2_needs_runs(ready) && (!ready.family_guard || report.trial < 3)) {
       // Judged on tier 1 before its groups' cost gates had their runs: the trial starts
       // over, giving them the few fused runs a build request waits for.
       guard.start_trial();
@@ -252,19 +270,15 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
           for (uint32_t k = 0; k < program->steps[st].count; ++k) rp->step_of_op.push_back(st);
         // Signatures of the segment's ops, in order.
         rp->signatures = trace::op_signatures(segment.words, segment.length);
-        if (policy.guard.enabled) {
-          rp->guard = std::make_shared<fusion::KeyGuard>(segment.key, policy.guard);
-          rp->guard->start_trial();
-          rp->on_trial = true;
-          rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
-          count_guard_trial(false);
-        }
+        rp->family = segment.family;
+        if (policy.guard.enabled && attach_guard(r, *rp, policy.guard)) count_guard_trial(false);
         if (first_sight) note_first_sight_program(policy.region_max_programs);
         r.ready[segment.key] = rp;
         productive = true;
         r.by_first_signature[rp->signatures.front()].push_back(rp);
         ++g_programs;
-        trace_cache().transition(segment.key, policy.guard.enabled ? trace::SegmentState::kOnTrial
+        trace_cache().transition(segment.key, rp->on_trial.load() ? trace::SegmentState::kOnTrial
+                                              : rp->per_op.load()  ? trace::SegmentState::kDemoted
                                                                    : trace::SegmentState::kReadyTier1);
         emit(trace::EventKind::kCompileStart, segment.key, 1, 0, core8);
         emit(trace::EventKind::kCompileEnd, segment.key, 1, took, core8);

@@ -60,27 +60,54 @@ bool holds_prefix(const ReadyProgram& program) {
 
 bool any_window_open() { return g_open_windows.load(std::memory_order_relaxed) > 0; }
 
+bool attach_guard(Registry& r, ReadyProgram& program, const fusion::GuardSettings& settings) {
+  bool started = false;
+  if (settings.share_family && program.family != 0) {
+    Registry::FamilyGuard& f = r.families[program.family];
+    if (!f.guard) {
+      f.guard = std::make_shared<fusion::KeyGuard>(program.family, settings);
+      f.seen = std::make_shared<std::atomic<uint64_t>>(0);
+      f.guard->start_trial();
+      started = true;
+    }
+    program.guard = f.guard;
+    program.guard_seen = f.seen;
+    program.family_guard = true;
+  } else {
+    program.guard = std::make_shared<fusion::KeyGuard>(program.key, settings);
+    program.guard_seen = std::make_shared<std::atomic<uint64_t>>(0);
+    program.family_guard = false;
+    program.guard->start_trial();
+    started = true;
+  }
+  // A later member follows its family: on trial with it, or its verdict's mode.
+  program.on_trial = program.guard->on_trial();
+  program.per_op = program.guard->next_mode() == fusion::RunMode::kPerOp;
+  return started;
+}
+
 void guard_policy_changed(const fusion::Policy& policy) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
+  r.families.clear();
   for (auto& [key, rp] : r.ready) {
     rp->prefix_hits = 0;  // every program holds again under the new policy
     rp->prefix_misses = 0;
     if (!policy.guard.enabled) {  // no guard: every program runs fused
       rp->guard.reset();
+      rp->guard_seen.reset();
       rp->on_trial = false;
       rp->per_op = false;
       continue;
     }
-    if (rp->guard && (rp->on_trial.load() || !rp->per_op.load())) continue;
-    // Demoted, or never guarded: a trial under the new settings, at once.
+    // Kept programs keep their guard (a family's stays shared by the members it has);
+    // demoted and never guarded ones start a trial under the new settings, at once.
+    if (rp->guard && !rp->per_op.load() && !rp->on_trial.load()) continue;
     const bool retrial = rp->guard != nullptr;
-    rp->guard = std::make_shared<fusion::KeyGuard>(key, policy.guard);
-    rp->guard->start_trial();
-    rp->on_trial = true;
-    rp->per_op = rp->guard->next_mode() == fusion::RunMode::kPerOp;
-    count_guard_trial(retrial);
-    trace_cache().transition(key, trace::SegmentState::kOnTrial);
+    if (rp->guard && rp->on_trial.load() && !rp->family_guard) continue;  // its trial goes on
+    if (attach_guard(r, *rp, policy.guard)) count_guard_trial(retrial);
+    trace_cache().transition(key, rp->on_trial.load() ? trace::SegmentState::kOnTrial
+                                                      : trace::SegmentState::kDemoted);
   }
 }
 
@@ -93,6 +120,7 @@ void reset_fusion_state() {
     r.ready.clear();
     r.by_first_signature.clear();
     r.rejected.clear();
+    r.families.clear();
   }
   trace_cache().clear();
   forget_first_sight_programs();

@@ -35,6 +35,11 @@ struct ReadyProgram {
   // set the key's occurrences run per op with nothing held: a trial's per-op turn, or
   // a demoted key.
   std::shared_ptr<fusion::KeyGuard> guard;
+  // Occurrences the guard has seen (its backoff counts them): the key's own, or with a
+  // guard shared by a family (GuardSettings::share_family) every member's.
+  std::shared_ptr<std::atomic<uint64_t>> guard_seen;
+  uint64_t family = 0;                // trace::Segment::family
+  bool family_guard = false;          // the guard is the family's
   std::atomic<bool> on_trial{false};
   std::atomic<bool> per_op{false};
   std::atomic<bool> tier2_noted{false};
@@ -58,7 +63,18 @@ struct Registry {
   std::unordered_map<uint64_t, std::shared_ptr<ReadyProgram>> ready;
   std::unordered_map<uint64_t, std::vector<std::shared_ptr<ReadyProgram>>> by_first_signature;
   std::unordered_set<uint64_t> rejected;  // keys not worth fusing, or blacklisted
+  // Guards shared by the keys of a family (GuardSettings::share_family), by family.
+  struct FamilyGuard {
+    std::shared_ptr<fusion::KeyGuard> guard;
+    std::shared_ptr<std::atomic<uint64_t>> seen;
+  };
+  std::unordered_map<uint64_t, FamilyGuard> families;
 };
+
+// The guard of a new program of `key` in `family`: its family's when the policy shares
+// them (made, on trial, with the first member), else its own on trial. Under r.mutex.
+// Returns whether a trial started.
+bool attach_guard(Registry& r, ReadyProgram& program, const fusion::GuardSettings& settings);
 
 Registry& registry();
 

@@ -100,6 +100,10 @@ void adaptive_take(StreamState& state, std::unique_ptr<backend::OpWork> work,
           break;
         }
       std::erase_if(state.candidates, [](const std::shared_ptr<ReadyProgram>& c) {
+        // A key sharing its family's trial runs in the mode the trial plans next: the
+        // family's last occurrence may have been another member's.
+        if (c->family_guard && c->on_trial.load(std::memory_order_relaxed))
+          c->per_op = c->guard->next_mode() == fusion::RunMode::kPerOp;
         if (c->per_op.load(std::memory_order_relaxed)) return true;
         if (holds_prefix(*c)) return false;
         ++g_prefix_skips;  // its prefix mostly goes on differently: not worth the delay

@@ -10,6 +10,7 @@
 
 #include "engine/fast_meta.h"
 #include "trace/op_registry.h"
+#include "trace/segmenter.h"
 
 namespace neuron::engine {
 namespace {
@@ -140,6 +141,7 @@ std::unique_ptr<OpInfo> build(const c10::OperatorHandle& op) {
   auto info = std::make_unique<OpInfo>();
   info->name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
   info->id = trace::OpRegistry::instance().intern(info->name);
+  info->kind = trace::op_kind(info->name);
   const auto& args = s.arguments();
   info->foreach = info->name.rfind("aten::_foreach_", 0) == 0;
   info->arg_is_out.resize(args.size());

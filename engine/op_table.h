@@ -35,6 +35,7 @@ struct ReturnInfo {
 struct OpInfo {
   trace::OpId id = 0;
   std::string name;
+  uint64_t kind = 0;                    // hash of name (trace::SegmentOp::kind)
   std::vector<ReturnInfo> returns;
   std::vector<int> write_args;          // arguments annotated as written (Tensor(a!))
   std::vector<bool> arg_is_out;         // per argument: a kwarg-only out= tensor

@@ -178,6 +178,7 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
   backend::OpWork& work = *owned;  // plan_op_of may normalise a dim argument
   trace::SegmentOp op;
   op.op = info.id;
+  op.kind = info.kind;
   op.signature = active_policy_lifts() ? work.record.lifted_hash() : work.record.hash();
   op.seq = work.seq;
   op.whole_run = info.foreach;

@@ -23,6 +23,12 @@ struct GuardSettings {
   double early_loss = 1.25;
   uint64_t retry_after = 256;      // occurrences before a demoted key's first re-trial
   uint64_t retry_max = 65536;      // the backoff doubles up to this
+  // Keys that differ only in shapes, scalars or dtypes (trace::Segment::family: a batch
+  // size that changes, a KV cache that grows) share one trial and its verdict: their
+  // occurrences pair up as one key's would, so a family of 48 shapes each seen every 48
+  // steps is judged in a dozen steps instead of hundreds, and a shape seen for the first
+  // time starts with its family's verdict.
+  bool share_family = true;
 };
 
 enum class RunMode : uint8_t { kFused = 0, kPerOp = 1 };

@@ -32,6 +32,7 @@ trace::SegmentPolicy segment_policy_of(const Policy& policy, const std::vector<u
   p.rolling_mask = (uint64_t{1} << policy.rolling_bits) - 1;
   p.use_rolling_cut = policy.rolling_bits > 0;
   p.keep_runs_whole = policy.foreach_runs_whole;
+  p.rolling_shapes = policy.rolling_shapes;
   if (policy.cut_after_matmul) p.cut_after = matmul_ops;
   return p;
 }

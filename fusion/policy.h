@@ -37,6 +37,7 @@ struct Policy {
   uint32_t max_segment_length = 256;  // ops per segment at most
   uint32_t rolling_window = 4;        // ops in the rolling content hash
   uint32_t rolling_bits = 4;          // content cut when the low bits are zero (~1 in 2^bits)
+  bool rolling_shapes = false;        // the rolling hash reads op shapes too (trace/segmenter.h)
   // A segment of at least this many ops is cut before its first op repeats after the same
   // rolling_window ops (a loop body the hash never cuts); 0: max_segment_length / 2.
   uint32_t loop_cut_min_ops = 0;

@@ -173,6 +173,7 @@ ReplayResult replay(const ReplayTrace& t, const ReplayOptions& options) {
     StreamReplay& st = streams[t.stream[i]];
     op.op = t.op[i];
     op.signature = t.signature[i];
+    op.kind = t.op[i] < options.op_kinds.size() ? options.op_kinds[t.op[i]] : 0;
     op.seq = t.seq[i];
     op.whole_run = t.op[i] < whole_run.size() && whole_run[t.op[i]];
     op.inputs.clear();

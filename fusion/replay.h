@@ -70,6 +70,7 @@ struct ReplayOptions {
   CostModel cost;
   std::vector<uint32_t> cut_after_ops;  // op ids (the policy's matmul class and any extra)
   std::vector<uint32_t> whole_run_ops;  // op ids of _foreach_ ops (foreach_runs_whole)
+  std::vector<uint64_t> op_kinds;       // by op id: trace::op_kind of its name (0: unknown)
   // Optional: replaces Policy::should_compile for hot keys (Python policy objects).
   std::function<bool(const ReplaySegment&)> should_compile;
 };

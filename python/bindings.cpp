@@ -21,6 +21,7 @@
 #include "fusion/replay.h"
 #include "trace/counters.h"
 #include "trace/recorder.h"
+#include "trace/segmenter.h"
 
 namespace py = pybind11;
 using namespace neuron;
@@ -326,7 +327,8 @@ PYBIND11_MODULE(_C, m) {
                           const std::vector<std::pair<std::string, std::string>>& values,
                           const std::string& cost, const std::map<std::string, double>& trn2,
                           const std::vector<uint32_t>& cut_after_ops, py::object hook,
-                          const std::vector<uint32_t>& whole_run_ops) {
+                          const std::vector<uint32_t>& whole_run_ops,
+                          const std::vector<std::string>& op_names) {
     fusion::ReplayOptions o;
     std::string error;
     auto p = fusion::builtin_policy(base);
@@ -337,6 +339,7 @@ PYBIND11_MODULE(_C, m) {
     o.policy = *p;
     o.cut_after_ops = cut_after_ops;
     o.whole_run_ops = whole_run_ops;
+    for (const auto& name : op_names) o.op_kinds.push_back(name.empty() ? 0 : trace::op_kind(name));
     if (cost == "trn2") o.cost.source = fusion::CostSource::kTrn2;
     else if (cost != "measured") throw py::value_error("neuron: cost model '" + cost + "' (allowed: measured, trn2)");
     for (const auto& [k, v] : trn2) {
@@ -406,7 +409,8 @@ PYBIND11_MODULE(_C, m) {
     return d;
   }, py::arg("trace"), py::arg("base"), py::arg("values"), py::arg("cost") = "measured",
      py::arg("trn2") = std::map<std::string, double>{}, py::arg("cut_after_ops") = std::vector<uint32_t>{},
-     py::arg("hook") = py::none(), py::arg("whole_run_ops") = std::vector<uint32_t>{});
+     py::arg("hook") = py::none(), py::arg("whole_run_ops") = std::vector<uint32_t>{},
+     py::arg("op_names") = std::vector<std::string>{});
 
   // torch.distributed: the `neuron` c10d backend, with a host backend (Gloo) as transport.
   m.def("_process_group_backend", [](c10::intrusive_ptr<c10d::Backend> host, int rank, int size) {

@@ -89,8 +89,11 @@ void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
   auto& w = s.words;
   w.clear();
   w.reserve(ops.size() * 2 + n_inputs * 3 + n_outputs);
+  thread_local std::vector<size_t> op_at;  // where each op's signature word is
+  op_at.clear();
   for (size_t i = 0; i < ops.size(); ++i) {
     const SegmentOp& op = ops[i];
+    op_at.push_back(w.size());
     w.push_back(static_cast<int64_t>(op.signature));
     w.push_back(static_cast<int64_t>(op.inputs.size()));
     for (uint64_t storage : op.inputs) {
@@ -120,6 +123,15 @@ void make_segment_into(const std::vector<SegmentOp>& ops, CutReason reason,
     for (size_t k = 0; k < op.outputs.size(); ++k, ++out_index)
       w.push_back(out_index < alive.size() && !alive[out_index] ? kDead : kAlive);
   s.key = hash_words(w.data(), w.size());
+  thread_local std::vector<int64_t> family;
+  family.assign(w.begin(), w.end());
+  for (size_t i = 0; i < ops.size(); ++i) family[op_at[i]] = static_cast<int64_t>(ops[i].op);
+  s.family = hash_words(family.data(), family.size(), /*seed=*/0xfa);
+}
+
+uint64_t op_kind(std::string_view name) {
+  const uint64_t h = hash_bytes(name.data(), name.size(), /*seed=*/0x6b1d);
+  return h == 0 ? 1 : h;
 }
 
 Segment make_segment(const std::vector<SegmentOp>& ops, CutReason reason,
@@ -182,7 +194,7 @@ std::optional<CutReason> Segmenter::add(const SegmentOp& op) {
   }
   if (ops_.empty()) before_start_ = recent_;
   ops_.push_back(op);
-  recent_.push_back(op.signature);
+  recent_.push_back(policy_.rolling_shapes || op.kind == 0 ? op.signature : op.kind);
   if (recent_.size() > policy_.rolling_window) recent_.erase(recent_.begin());
   if (content_cut(op)) return CutReason::kContent;
   if (ops_.size() >= policy_.max_length) return CutReason::kMaxLength;

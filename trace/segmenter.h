@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "trace/event.h"
@@ -23,12 +24,21 @@ struct SegmentPolicy {
   std::vector<OpId> cut_after;      // a run of matmul-class ops ends a segment
   bool use_rolling_cut = true;
   bool keep_runs_whole = true;      // a content cut inside a run of whole_run ops moves to its end
+  // The rolling hash reads ops with their shapes (signatures) or as ops alone (kinds):
+  // without shapes a loop body is cut at the same places whatever its batch size, so
+  // keys of different shapes line up (one family, trace::Segment::family).
+  bool rolling_shapes = false;
 };
+
+// SegmentOp::kind of an op by its name ("aten::mul.Tensor"): the engine's and replay's.
+uint64_t op_kind(std::string_view name);
 
 // One op as the segmenter sees it.
 struct SegmentOp {
   OpId op = 0;
   uint64_t signature = 0;               // the op record's hash
+  uint64_t kind = 0;                    // the op alone, stable across processes (a hash of
+                                        // its name; 0: unknown, the signature stands in)
   SmallVec<uint64_t, 6> inputs;         // storage identities of tensor inputs (0: none)
   SmallVec<uint64_t, 6> outputs;        // storage identities of fresh outputs
   uint64_t seq = 0;
@@ -43,6 +53,9 @@ struct Segment {
   uint64_t first_seq = 0;
   CutReason reason = CutReason::kFlush;
   std::vector<int64_t> words;           // the full canonical form the key hashes
+  // The key with every op's signature replaced by its op: segments that differ only in
+  // shapes, scalars or dtypes (a batch size that changes, a KV cache that grows) share it.
+  uint64_t family = 0;
 };
 
 class Segmenter {

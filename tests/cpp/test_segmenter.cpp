@@ -320,3 +320,42 @@ TEST(SmallVec, InlineThenHeapWithVectorSemantics) {
   v.resize(6, 1);
   EXPECT_EQ(v, (SmallVec<uint64_t, 4>{4, 5, 1, 1, 1, 1}));
 }
+
+// A loop body whose shapes change (its signatures differ per "batch size"): with kinds the
+// rolling hash cuts it at the same places for every shape, so the keys differ but the
+// families match; with rolling_shapes the cuts move with the signatures.
+TEST(Segmenter, ShapeFreeCutsLineUpKeysOfOneFamily) {
+  auto segments = [](uint64_t shape, bool rolling_shapes) {
+    SegmentPolicy policy;
+    policy.rolling_mask = 0x1;
+    policy.rolling_shapes = rolling_shapes;
+    Segmenter seg(policy);
+    std::vector<Segment> closed;
+    uint64_t storage = 100;
+    for (int it = 0; it < 8; ++it) {
+      uint64_t prev = 1;
+      for (uint64_t i = 0; i < 12; ++i) {
+        SegmentOp op = op_with(shape * 1000 + i, {prev}, {++storage});
+        op.op = static_cast<OpId>(i + 1);
+        op.kind = op_kind("aten::op" + std::to_string(i));
+        prev = storage;
+        seg.push(op, closed);
+      }
+    }
+    return closed;
+  };
+  const auto a = segments(1, false), b = segments(2, false);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 8u);  // cut inside the body too
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].length, b[i].length) << i;
+    EXPECT_EQ(a[i].family, b[i].family) << i;
+    EXPECT_NE(a[i].key, b[i].key) << i;
+  }
+  std::vector<uint32_t> la, lb;
+  for (const auto& s : segments(1, true)) la.push_back(s.length);
+  for (const auto& s : segments(2, true)) lb.push_back(s.length);
+  EXPECT_NE(la, lb);  // by signature the two shapes are cut differently
+  EXPECT_NE(op_kind("aten::add.Tensor"), op_kind("aten::mul.Tensor"));
+  EXPECT_EQ(op_kind("aten::add.Tensor"), op_kind(std::string("aten::add.") + "Tensor"));
+}

@@ -100,6 +100,56 @@ def test_trial_results_equal_cpu_in_both_modes(adaptive):
     assert stats["transitions"].get("hot->on_trial", 0) >= 1, stats
 
 
+def shape_cycle(rows, steps, cols=64):
+    """chain() on inputs whose row count cycles through `rows` (a batch size that changes
+    every step): one segment key per shape, all of one family. Returns the results and
+    the counters' changes."""
+    xs = [torch.randn(r, cols, generator=torch.Generator().manual_seed(r)) for r in rows]
+    xns = [x.to("neuron") for x in xs]
+    before = neuron_eager.counters()
+    outs = [(i % len(rows), chain(xns[i % len(rows)]).cpu()) for i in range(steps)]
+    after = neuron_eager.counters()
+    for k, o in outs:
+        assert torch.equal(o, chain(xs[k]))
+    return {c: after[c] - before[c] for c in after}
+
+
+# A verdict after 3 pairs, always a demotion (a program must halve the time to stay), and
+# no re-trial within the test (tier 1 only: a kernel arriving would start one).
+DEMOTING = {"guard_min_pairs": 3, "guard_max_pairs": 3, "guard_margin": 1.0,
+            "guard_early_pairs": 3, "guard_retry_after": 1000000, "min_group_elements": 0,
+            "tier": "instant"}
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_keys_that_differ_only_in_shape_share_one_trial(adaptive, share):
+    # Six shapes, each seen every sixth step: with guard_family the six keys' occurrences
+    # pair up in one trial (a verdict within a few rounds); without it each key has its own.
+    neuron_eager.set_policy({**DEMOTING, "guard_family": share})
+    d = shape_cycle(range(40, 46), 60)
+    assert d["programs"] >= 6, d
+    verdicts = d["guard_demotions"] + d["guard_undecided"] + d["guard_kept"]
+    if share:
+        assert 1 <= d["guard_trials"] <= d["programs"] // 3, d
+        assert verdicts == d["guard_trials"], d
+    else:
+        assert d["guard_trials"] == d["programs"], d
+    # Every key follows its verdict: nothing fuses any more.
+    assert shape_cycle(range(40, 46), 12)["segments_fused"] == 0
+
+
+def test_a_new_shape_starts_with_its_familys_verdict(adaptive):
+    # (Recording never settles here: a stream with nothing to decide would stop seeing
+    # the new shapes.)
+    neuron_eager.set_policy({**DEMOTING, "settle_cuts": 0})
+    d = shape_cycle(range(40, 46), 60)
+    assert d["guard_trials"] >= 1 and d["guard_kept"] == 0, d
+    # Shapes never seen get programs once hot, demoted from the start: no trial, no fused run.
+    d = shape_cycle(range(50, 53), 15)
+    assert d["programs"] >= 3, d
+    assert d["guard_trials"] == 0 and d["segments_fused"] == 0, d
+
+
 @pytest.mark.parametrize("key,value", [("guard", "sometimes"), ("guard_alpha", "2"),
                                        ("guard_min_pairs", "0"), ("guard_retry_max", "-3")])
 def test_bad_guard_knobs_get_one_clear_error(key, value, tmp_path):

@@ -77,8 +77,9 @@ def test_tier2_builds_in_a_trace_are_not_replayed_compiles(traces):
 
     trace = traces["default"]
     ev = trace.events
-    tier1 = ev[ev["kind"] == COMPILE_END]
-    assert len(tier1) > 0 and (tier1["aux"] == 1).all()
+    # (The recording may hold real tier-2 builds too, when a kernel was kept early.)
+    tier1 = ev[(ev["kind"] == COMPILE_END) & (ev["aux"] == 1)]
+    assert len(tier1) > 0
     extra = tier1[:1].copy()
     extra["aux"] = 2
     extra["duration_ns"] = 2_000_000_000  # a 2 s build

@@ -265,10 +265,15 @@ def replay(prepared: Union[Prepared, str, os.PathLike, Trace], policy: Any = "de
             segment = dict(segment)
             segment["first_op"] = trace.op_name(segment["first_op"])
             return bool(pol.should_compile(segment))
+    # Op names by id: content cuts hash ops by name (as the engine does).
+    op_names = [""] * (max(trace.ops, default=-1) + 1)
+    for op_id, name in trace.ops.items():
+        op_names[op_id] = name
     t0 = time.perf_counter()
     r = _C()._replay_run(prepared.core, pol.base, list(pol.knobs.items()), cost_model,
                          dict(trn2 or {}), sorted(set(cut)), hook,
-                         sorted(i for n, i in names.items() if n.startswith("aten::_foreach_")))
+                         sorted(i for n, i in names.items() if n.startswith("aten::_foreach_")),
+                         op_names)
     elapsed = time.perf_counter() - t0
     keys = [KeyReport(k["key"], k["length"], trace.op_name(k["first_op"]), k["occurrences"],
                       k["fused"], k["compiled_at"], k["decision"], k["native"], k["per_op_ns"],
