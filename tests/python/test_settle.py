@@ -152,6 +152,10 @@ def prefix_cases() -> dict:
     # iteration's start matches only the rare read-time key's prefix, held in vain.
     # Content cuts by signature, as when this case was found: the read-time key then
     # starts like the loop's (by op kind alone the program is cut elsewhere).
+    # The read-time key is still on trial here, and a key on trial holds only when its next
+    # occurrence is planned fused; that plan is seeded by the key's family hash
+    # (fusion/guard.cpp), so a change to how families hash can flip this case (a size class
+    # in the family did: nothing held in either case, 0 divergences).
     base = {"settle_cuts": 0, "guard_margin": 1, "guard_min_pairs": 1, "guard_max_pairs": 2,
             "guard_retry_after": 1000000000, "rolling_shapes": True}
     neuron_eager.set_mode("adaptive")
