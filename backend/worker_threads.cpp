@@ -18,6 +18,7 @@
 
 #include "backend/op_thread_rule.h"
 #include "backend/stream.h"
+#include "trace/counters.h"
 
 namespace neuron::backend {
 
@@ -57,8 +58,11 @@ thread_local TeamPlacement t_team;
 // eager 701); free while the host works, so the scheduler can move one off a busy host's
 // CPU. Placed, small-matmul training still loses (mlp_train adaptive 2.5-3.8 ms per step
 // against 1.4-2.2 never placed; README).
+trace::Counter g_placements{"team_placements"};  // the team put on its own CPUs
+
 void place_worker_team(bool separate) {
   if (t_team.tids.empty() || t_team.separate == static_cast<int>(separate)) return;
+  if (separate) ++g_placements;
   for (size_t i = 0; i < t_team.tids.size(); ++i) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -145,10 +149,11 @@ void set_team_spinning(bool spin) {
   if (g_large_threads.load(std::memory_order_relaxed) > 1) SpinBallast::get().want_throttle(!spin);
 }
 
-void set_item_threads_to(int threads) {
+void set_item_threads_to(int threads, bool may_place) {
   if (threads > 1) {
     const Stream* stream = Stream::current_worker_stream();
-    place_worker_team(stream != nullptr && stream->host_needs_threads());
+    const bool host_waits = stream != nullptr && stream->host_needs_threads();
+    if (may_place || !host_waits) place_worker_team(host_waits);
   }
   if (threads == t_threads) return;
   if (auto f = omp_setter()) f(threads);
@@ -157,7 +162,10 @@ void set_item_threads_to(int threads) {
 
 void set_item_threads(bool free, int64_t elements) {
   const int cpu = g_large_threads.load(std::memory_order_relaxed);
-  if (!free || cpu == 1) return set_item_threads_to(cpu);
+  // A small item fixed to CPU eager's count keeps the team where it is while the host
+  // waits: ATen runs it on one thread anyway, and placing the team for it costs a system
+  // call per team thread (set_item_threads_to).
+  if (!free || cpu == 1) return set_item_threads_to(cpu, /*may_place=*/elements >= spread_elements());
   const Stream* stream = Stream::current_worker_stream();
   const bool spread = elements >= spread_elements() && stream != nullptr && stream->host_needs_threads();
   set_item_threads_to(spread ? cpu : 1);

@@ -40,8 +40,12 @@ int large_item_threads();
 void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit);
 // Exactly this many intra-op threads for the next kernels on this worker (for work whose
 // bits do not depend on the count, such as elementwise kernels); the next
-// set_item_threads() restores the usual count.
-void set_item_threads_to(int threads);
+// set_item_threads() restores the usual count. With more than one thread the team goes
+// to its own CPUs while a host thread waits and back to any CPU while the host works;
+// !may_place (a small item) only ever frees it: the tiny products of a decode step, fixed
+// to CPU eager's count, placed and freed the team 3-4 times a step (robust.py's decode,
+// 500 steps, eager: 1827 sched_setaffinity calls; 23 with this rule).
+void set_item_threads_to(int threads, bool may_place = true);
 // Whether the workers' OpenMP teams may spin between parallel regions (libgomp's full
 // spin) or should sleep at once (throttled): Stream's spin hook.
 void set_team_spinning(bool spin);

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch  # autoloads neuron_eager
@@ -131,6 +132,35 @@ def test_worker_team_threads_pinned_to_distinct_cpus(pin):
         assert len(single) == 2 and single[0] != single[1], line
     else:
         assert single == [], line
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 allowed CPUs")
+def test_tiny_items_do_not_place_the_worker_team():
+    # Greedy decoding of a tiny transformer, a host read every step: its small products
+    # are fixed to CPU eager's thread count (too small for a thread trial) but ATen runs
+    # them on one thread. Placing the team for each one while the host waited put it on
+    # its own CPUs 87 times in 200 steps (two system calls each way); 4 now. 512x512
+    # products still place it (test_worker_team_threads_pinned_to_distinct_cpus).
+    r = run_py("""
+        import sys, torch, neuron_eager
+        sys.path.insert(0, %r)
+        from robust_workloads import make_workload
+        step, read, _ = make_workload("decode", 1, "neuron")
+        neuron_eager.reset_counters()
+        for i in range(200):
+            step(i)
+            read()
+        print("PLACED", neuron_eager.counters()["team_placements"])
+        x = torch.randn(512, 512).to("neuron")
+        ys = [x @ x for _ in range(30)]
+        torch.neuron.synchronize()
+        print("PLACED", neuron_eager.counters()["team_placements"])
+    """ % str(Path(__file__).resolve().parents[2] / "bench" / "python"), NEURON_PIN_WORKERS="1",
+               NEURON_EAGER_MODE="eager")
+    assert r.returncode == 0, r.stderr[-2000:]
+    decode, after_mm = [int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith("PLACED")]
+    assert decode <= 20, r.stdout
+    assert after_mm > decode, r.stdout
 
 
 @pytest.mark.parametrize("var,value,allowed", [
