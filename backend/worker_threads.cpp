@@ -52,14 +52,13 @@ struct TeamPlacement {
   int separate = -1;  // -1: not placed yet
 };
 thread_local TeamPlacement t_team;
+trace::Counter g_placements{"team_placements"};  // the team put on its own CPUs
 
 // Team threads on their own CPUs while the host waits (a team thread woken onto the
 // worker's CPU halves a kernel: 256x688x256 mm 1161/1241 us against 711/720 us placed, CPU
 // eager 701); free while the host works, so the scheduler can move one off a busy host's
 // CPU. Placed, small-matmul training still loses (mlp_train adaptive 2.5-3.8 ms per step
 // against 1.4-2.2 never placed; README).
-trace::Counter g_placements{"team_placements"};  // the team put on its own CPUs
-
 void place_worker_team(bool separate) {
   if (t_team.tids.empty() || t_team.separate == static_cast<int>(separate)) return;
   if (separate) ++g_placements;
@@ -162,9 +161,7 @@ void set_item_threads_to(int threads, bool may_place) {
 
 void set_item_threads(bool free, int64_t elements) {
   const int cpu = g_large_threads.load(std::memory_order_relaxed);
-  // A small item fixed to CPU eager's count keeps the team where it is while the host
-  // waits: ATen runs it on one thread anyway, and placing the team for it costs a system
-  // call per team thread (set_item_threads_to).
+  // A small item never places the team (ATen runs it on one thread; worker_threads.h).
   if (!free || cpu == 1) return set_item_threads_to(cpu, /*may_place=*/elements >= spread_elements());
   const Stream* stream = Stream::current_worker_stream();
   const bool spread = elements >= spread_elements() && stream != nullptr && stream->host_needs_threads();
