@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "backend/direct_out.h"
 #include "engine/fast_meta.h"
 #include "trace/op_registry.h"
 #include "trace/segmenter.h"
@@ -113,6 +114,8 @@ std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s
   if (s.returns().empty() || !info.write_args.empty()) return std::nullopt;
   for (const auto& r : info.returns)
     if (r.kind != ReturnInfo::kNew) return std::nullopt;
+  // Ours first where ATen's would run the functional kernel and copy (backend/direct_out.h).
+  if (auto direct = backend::direct_out_variant(s.name(), s.overload_name())) return direct;
   auto it = overloads().find(s.name());
   if (it == overloads().end()) return std::nullopt;
   const auto& args = s.arguments();
