@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <unordered_map>
+#include <map>
 #include <vector>
 
 namespace neuron::backend {
@@ -87,7 +87,10 @@ class DeviceMemory {
   const int device_;
   const size_t capacity_;
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<FreeBlock>> free_blocks_;  // size class -> blocks
+  // A cached block usable for a request of size_class: its own class's most recently freed,
+  // else one of the smallest larger class within kReuseSlack (nullptr: none). Sets *block_class.
+  void* take_cached_locked(size_t size_class, const Stream* stream, size_t* block_class);
+  std::map<size_t, std::vector<FreeBlock>> free_blocks_;  // size class -> blocks, ascending
   size_t cached_bytes_ = 0;
   MemoryStats stats_;
 };

@@ -196,3 +196,27 @@ TEST(DeviceMemory, BlocksOfAMebibyteAndMoreStartOnAPage) {
   mem.empty_cache();  // frees both from their own starts (ASan checks the pointers)
   EXPECT_EQ(mem.stats().reserved_bytes.current, 0);
 }
+
+TEST(DeviceMemory, ASmallerRequestReusesACachedBlockUpToAQuarterLarger) {
+  DeviceMemory mem(0, size_t{64} << 20);
+  void* a = mem.allocate(100 * 1024);
+  mem.free(a);
+  // 90 KiB: no block of its own class is cached; the 100 KiB one is within a quarter.
+  void* b = mem.allocate(90 * 1024);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(DeviceMemory::block_size(b), DeviceMemory::round_size(100 * 1024));  // it keeps its class
+  EXPECT_EQ(mem.stats().num_device_alloc, 1);
+  mem.free(b);
+  // 50 KiB: the cached block is twice its size, more than the slack: fresh memory.
+  void* c = mem.allocate(50 * 1024);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(mem.stats().num_device_alloc, 2);
+  // Its own class first: 100 KiB again takes the cached 100 KiB block.
+  void* d = mem.allocate(100 * 1024);
+  EXPECT_EQ(d, a);
+  mem.free(c);
+  mem.free(d);
+  mem.empty_cache();
+  EXPECT_EQ(mem.stats().reserved_bytes.current, 0);
+  EXPECT_EQ(mem.stats().allocated_bytes.current, 0);
+}
