@@ -88,7 +88,8 @@ class DeviceMemory {
   const size_t capacity_;
   mutable std::mutex mutex_;
   // A cached block usable for a request of size_class: its own class's most recently freed,
-  // else one of the smallest larger class within kReuseSlack (nullptr: none). Sets *block_class.
+  // else one of the smallest larger class up to a quarter larger (nullptr: none). Sets
+  // *block_class to the class of the block taken.
   void* take_cached_locked(size_t size_class, const Stream* stream, size_t* block_class);
   std::map<size_t, std::vector<FreeBlock>> free_blocks_;  // size class -> blocks, ascending
   size_t cached_bytes_ = 0;
