@@ -14,8 +14,6 @@
 
 #include "trace/counters.h"
 
-#include <mutex>
-#include <unordered_map>
 
 namespace neuron::backend {
 
@@ -42,16 +40,7 @@ c10::SmallVector<int64_t, 8> int_list(const c10::IValue& v) {
 }
 
 // The functional op run on the same arguments, its results copied into the outputs.
-void functional_then_copy(const char* name, torch::jit::Stack* stack, size_t num_outs) {
-  static std::unordered_map<std::string, c10::OperatorHandle>* handles = new std::unordered_map<std::string, c10::OperatorHandle>();
-  static std::mutex mutex;
-  c10::OperatorHandle op = [&] {
-    std::lock_guard lock(mutex);
-    auto it = handles->find(name);
-    if (it == handles->end())
-      it = handles->emplace(name, c10::Dispatcher::singleton().findSchemaOrThrow(name, "")).first;
-    return it->second;
-  }();
+void functional_then_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_outs) {
   ++g_copied;
   std::vector<at::Tensor> outs;
   for (size_t k = 0; k < num_outs; ++k) outs.push_back(optional_tensor((*stack)[stack->size() - num_outs + k]));
@@ -73,8 +62,10 @@ void layer_norm(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Sta
   const double eps = args[4].toDouble();
   at::Tensor out = args[5].toTensor(), mean = args[6].toTensor(), rstd = args[7].toTensor();
   if (input.numel() == 0 || !input.is_contiguous() || !contiguous_or_absent(weight) ||
-      !contiguous_or_absent(bias) || !out.is_contiguous() || !mean.is_contiguous() || !rstd.is_contiguous())
-    return functional_then_copy("aten::native_layer_norm", stack, 3);
+      !contiguous_or_absent(bias) || !out.is_contiguous() || !mean.is_contiguous() || !rstd.is_contiguous()) {
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm", "");
+    return functional_then_copy(op, stack, 3);
+  }
   const auto [m, n] = at::native::_check_layer_norm_inputs(input, shape, weight, bias);
   ++g_direct;
   at::native::LayerNormKernel(at::kCPU, input, weight, bias, m, n, eps, &out, &mean, &rstd);
@@ -98,7 +89,10 @@ void layer_norm_backward(const c10::OperatorHandle&, c10::DispatchKeySet, torch:
   bool direct = input.numel() > 0 && input.is_contiguous() && dy.is_contiguous() &&
                 contiguous_or_absent(weight) && contiguous_or_absent(bias) && mask.size() == 3;
   for (int k = 0; direct && k < 3; ++k) direct = !mask.get(k) || (outs[k].defined() && outs[k].is_contiguous());
-  if (!direct) return functional_then_copy("aten::native_layer_norm_backward", stack, 3);
+  if (!direct) {
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm_backward", "");
+    return functional_then_copy(op, stack, 3);
+  }
   const auto [m, n] = at::native::_check_layer_norm_inputs(input, shape, weight, bias);
   at::Tensor dx = mask.get(0) ? outs[0] : at::Tensor();
   at::Tensor dgamma = mask.get(1) ? outs[1] : at::Tensor();
