@@ -236,7 +236,12 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
   const uint64_t hot = first_sight ? 1 : active_hot_threshold();
   if (!ready && !partial && fusion_allowed() && count >= hot &&
       state.plan.size() == segment.length) {
-    const fusion::Policy policy = active_policy();
+    fusion::Policy policy = active_policy();
+    // max-autotune: the program runs fused from its first run, no trial against per-op
+    // runs, and its groups ask for tier 2 at once (a policy that keeps tier 1 only still
+    // does); tier-2 kernels are still verified and kept only where faster than tier 1.
+    const bool autotune = region_autotunes();
+    if (autotune && policy.tier == fusion::Tier::kAuto) policy.tier = fusion::Tier::kNative;
     bool known;
     {
       std::lock_guard lock(r.mutex);
@@ -271,7 +276,7 @@ void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t co
         // Signatures of the segment's ops, in order.
         rp->signatures = trace::op_signatures(segment.words, segment.length);
         rp->family = segment.family;
-        if (policy.guard.enabled && attach_guard(r, *rp, policy.guard)) count_guard_trial(false);
+        if (policy.guard.enabled && !autotune && attach_guard(r, *rp, policy.guard)) count_guard_trial(false);
         if (first_sight) note_first_sight_program(policy.region_max_programs);
         r.ready[segment.key] = rp;
         productive = true;

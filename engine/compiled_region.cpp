@@ -13,6 +13,7 @@ namespace {
 std::atomic<int> g_active{0};
 thread_local int t_depth = 0;
 thread_local uint64_t t_graph = 0;
+thread_local bool t_autotune = false;
 trace::Counter g_region_runs("compiled_region_runs");
 trace::Counter g_overflows("compiled_region_overflows");  // graphs past region_max_programs
 
@@ -33,11 +34,12 @@ void cut_here() {
 
 }  // namespace
 
-void enter_compiled_region(uint64_t graph) {
+void enter_compiled_region(uint64_t graph, bool autotune) {
   // The open segment ends before the graph's first op, so the graph's segments have the
   // same keys at every run whatever ran before it.
   if (t_depth == 0) {
     t_graph = graph;
+    t_autotune = autotune;
     g_active.fetch_add(1, std::memory_order_acq_rel);
     cut_here();
     g_region_runs += 1;
@@ -51,6 +53,7 @@ void exit_compiled_region() {
   if (--t_depth == 0) g_active.fetch_sub(1, std::memory_order_acq_rel);
 }
 
+bool region_autotunes() { return t_depth > 0 && t_autotune; }
 bool any_compiled_region() { return g_active.load(std::memory_order_relaxed) > 0; }
 void forget_first_sight_programs() {
   std::lock_guard lock(programs().mutex);

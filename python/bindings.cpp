@@ -109,7 +109,9 @@ PYBIND11_MODULE(_C, m) {
     engine::set_mode(mode);
   });
   // torch.compile(backend="neuron") brackets each run of a captured graph with these.
-  m.def("enter_compiled_region", [](uint64_t graph) { engine::enter_compiled_region(graph); });
+  m.def(
+      "enter_compiled_region", [](uint64_t graph, bool autotune) { engine::enter_compiled_region(graph, autotune); },
+      py::arg("graph"), py::arg("autotune") = false);
   m.def("exit_compiled_region", [] { engine::exit_compiled_region(); });
   m.def("launch_blocking", [] { return engine::launch_blocking(); });
   m.def("set_launch_blocking", [](bool on) { engine::set_launch_blocking(on); });

@@ -225,3 +225,60 @@ def test_compiled_graph_under_autocast_matches_cpu():
         return out.float().cpu()
 
     assert torch.equal(run("neuron", "neuron"), run("cpu", "eager"))
+
+
+def _autotune_fn(x, y):
+    # A chain no other test compiles, so its kernel is not in the session's cache yet.
+    return torch.maximum((x.abs() + 0.5).rsqrt(), y) * x - y.neg() * 0.75
+
+
+def test_max_autotune_builds_tier2_kernels_before_the_first_call_returns():
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(256, 512, generator=g), torch.randn(256, 512, generator=g)  # a tile group (>= min_group_elements)
+    expected = _autotune_fn(x, y)
+    dev = (x.to("neuron"), y.to("neuron"))
+    before = {k: count(k) for k in ("native_requested", "native_built", "native_disk_hits", "native_runs")}
+    compiled = torch.compile(_autotune_fn, backend="neuron", mode="max-autotune")
+    first = compiled(*dev)  # per op: plans the graph's program
+    second = compiled(*dev)  # fused: asks for its kernel and returns when it is built
+    # No wait here (tier 2's cost gate needs native_min_runs tier-1 runs in the default
+    # mode, and the build would run in the background).
+    after = neuron_eager.counters()
+    assert after["native_requested"] > before["native_requested"]
+    assert (after["native_built"] - before["native_built"]) + (after["native_disk_hits"] - before["native_disk_hits"]) >= 1
+    assert torch.equal(first.cpu(), expected)
+    assert torch.equal(second.cpu(), expected)
+    for _ in range(6):  # trials against tier 1, then the kernel alone
+        assert torch.equal(compiled(*dev).cpu(), expected)
+    assert count("native_runs") > before["native_runs"]
+
+
+def test_default_mode_waits_for_tier2_cost_gate():
+    g = torch.Generator().manual_seed(8)
+    x, y = torch.randn(256, 384, generator=g), torch.randn(256, 384, generator=g)
+    dev = (x.to("neuron"), y.to("neuron"))
+    requested = count("native_requested")
+    compiled = torch.compile(lambda a, b: (a * 1.25 + b).abs() - b * a, backend="neuron")
+    assert torch.equal(compiled(*dev).cpu(), (x * 1.25 + y).abs() - y * x)
+    neuron_eager._C.native_wait_idle()
+    assert count("native_requested") == requested
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "max-speed"}, "mode 'max-speed' is not supported; expected one of 'default', 'reduce-overhead'"),
+    ({"options": {"triton.cudagraphs": True}}, r"unknown option\(s\) triton.cudagraphs; allowed: max_autotune"),
+    ({"options": {"max_autotune": "yes"}}, "max_autotune must be True or False"),
+])
+def test_bad_mode_or_options_is_one_clear_error(kwargs, match):
+    compiled = torch.compile(lambda a: a * 2, backend="neuron", **kwargs)
+    with pytest.raises(Exception, match=match):
+        compiled(torch.ones(4, device="neuron"))
+
+
+def test_reduce_overhead_and_max_autotune_option_compile():
+    x = torch.randn(32, 64)
+    for kwargs in ({"mode": "reduce-overhead"}, {"options": {"max_autotune": True}},
+                   {"mode": "max-autotune-no-cudagraphs"}):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda a: torch.sigmoid(a) * a + 1, backend="neuron", **kwargs)
+        assert torch.equal(compiled(x.to("neuron")).cpu(), torch.sigmoid(x) * x + 1)
