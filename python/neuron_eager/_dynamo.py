@@ -96,6 +96,97 @@ def _boxed_region(gm, example_inputs, autotune=False):  # noqa: ARG001 - AOTAuto
     return boxed
 
 
+def _lerp_as_add(gm):
+    """Dynamo traces an in-place foreach lerp with a number weight (Adam's and AdamW's
+    first moment) as `diff = _foreach_sub(end, self)`, a `full_like(diff[i], w)` per
+    element and `_foreach_addcmul_(self, fulls, diff)`: n tensors filled only to be
+    multiplied by. `_foreach_add_(self, diff, alpha=w)` computes the same fused
+    multiply-add (ATen's CPU kernels give equal bits for both, which the compile tests
+    check against the CPU capture) without the fills, and keeps the step one run of
+    foreach ops for tier 2. Returns how many such ops it rewrote."""
+    import torch
+
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch._foreach_addcmul_ or node.kwargs:
+            continue
+        if len(node.args) != 3 or len(node.users) != 0:
+            continue
+        self_list, fulls, diffs = node.args
+        if not isinstance(fulls, (list, tuple)) or not isinstance(diffs, (list, tuple)):
+            continue
+        if len(fulls) != len(diffs) or not fulls:
+            continue
+        weight = None
+        ok = True
+        for full, diff in zip(fulls, diffs):
+            if not (hasattr(full, "op") and full.op == "call_function" and full.target is torch.full_like
+                    and not full.kwargs and len(full.args) == 2 and full.args[0] is diff
+                    and len(full.users) == 1 and isinstance(full.args[1], (int, float))
+                    and not isinstance(full.args[1], bool)):
+                ok = False
+                break
+            if weight is not None and full.args[1] != weight:
+                ok = False
+                break
+            weight = full.args[1]
+        if not ok:
+            continue
+        with gm.graph.inserting_before(node):
+            gm.graph.call_function(torch._foreach_add_, (self_list, diffs), {"alpha": weight})
+        gm.graph.erase_node(node)
+        for full in fulls:
+            gm.graph.erase_node(full)
+        rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    return rewritten
+
+
+def _cpu_scalars_as_numbers(gm):
+    """Adam's and AdamW's bias corrections, traced, are lists of 0-dim CPU tensors that
+    divide lists on the device (`_foreach_div_(denoms, corrections)`): a tensor operand
+    per element ends the step's run of foreach ops that tier 2 fuses. Their values are
+    on the host when the op runs, so the op takes them as numbers instead (the ScalarList
+    overload: the same float32 value divides, multiplies, adds or subtracts). Only lists
+    of 0-dim CPU tensors of the device tensors' own floating dtype are rewritten, and the
+    numbers are read right before the op (after any in-place update of theirs)."""
+    import torch
+
+    def value(node):
+        v = node.meta.get("example_value") if hasattr(node, "meta") else None
+        return v if isinstance(v, torch.Tensor) else None
+
+    targets = (torch._foreach_div_, torch._foreach_mul_, torch._foreach_add_, torch._foreach_sub_)
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in targets or node.kwargs or len(node.args) != 2:
+            continue
+        tensors, others = node.args
+        if not isinstance(tensors, (list, tuple)) or not isinstance(others, (list, tuple)):
+            continue
+        if len(tensors) != len(others) or not tensors:
+            continue
+        ok = True
+        for t, o in zip(tensors, others):
+            tv, ov = value(t), value(o)
+            if (tv is None or ov is None or tv.device.type == "cpu" or ov.device.type != "cpu"
+                    or ov.dim() != 0 or ov.dtype != tv.dtype or not tv.dtype.is_floating_point):
+                ok = False
+                break
+        if not ok:
+            continue
+        with gm.graph.inserting_before(node):
+            numbers = [gm.graph.call_method("item", (o,)) for o in others]
+        node.args = (tensors, numbers)
+        rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    return rewritten
+
+
 def _needs_autograd(example_inputs):
     import torch
 
@@ -109,6 +200,12 @@ def neuron_backend(gm, example_inputs, mode=None, options=None):
         # Inference: the graph as captured. Its composite ops decompose at run time as in
         # eager, on the real tensors' layouts (AOTAutograd would fix them at trace time
         # from fake tensors, whose strides can differ from what CPU kernels give).
+        try:
+            _lerp_as_add(gm)
+            _cpu_scalars_as_numbers(gm)
+        except Exception as e:  # noqa: BLE001 - the graph as captured still runs
+            _warn_once(f"neuron backend: a graph rewrite failed ({type(e).__name__}: {e}); "
+                       "the graph runs as captured")
         return _region(gm.forward, autotune)
     try:
         import functools
@@ -119,8 +216,12 @@ def neuron_backend(gm, example_inputs, mode=None, options=None):
         return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(gm, example_inputs)
     except Exception as e:  # noqa: BLE001 - any failure of ours must not fail the user's run
         cause = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-        if cause not in _warned:
-            _warned.add(cause)
-            warnings.warn(f"neuron backend: AOTAutograd could not take this graph ({cause}); "
-                          "it runs as captured, op by op inside a compiled region", stacklevel=2)
+        _warn_once(f"neuron backend: AOTAutograd could not take this graph ({cause}); "
+                   "it runs as captured, op by op inside a compiled region")
         return _region(gm.forward, autotune)
+
+
+def _warn_once(message):
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, stacklevel=3)

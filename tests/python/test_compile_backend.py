@@ -282,3 +282,39 @@ def test_reduce_overhead_and_max_autotune_option_compile():
         torch._dynamo.reset()
         compiled = torch.compile(lambda a: torch.sigmoid(a) * a + 1, backend="neuron", **kwargs)
         assert torch.equal(compiled(x.to("neuron")).cpu(), torch.sigmoid(x) * x + 1)
+
+
+@pytest.mark.parametrize("opt_class", [torch.optim.AdamW, torch.optim.Adam])
+def test_compiled_adam_is_one_foreach_run_with_tier2_and_matches_cpu_capture(opt_class):
+    """Dynamo traces Adam's lerp as sub + a full_like per element + addcmul_, and its bias
+    corrections as 0-dim CPU tensors dividing device lists. The backend rewrites both (add_
+    with alpha; the corrections as numbers), so the step is one run of foreach ops that a
+    tier-2 kernel covers, with the CPU capture's bits (max-autotune: kernels from the 3rd
+    call)."""
+    g = torch.Generator().manual_seed(5)
+    init = [torch.randn(256, 256, generator=g), torch.randn(256, generator=g), torch.randn(64, 256, generator=g)]
+    grads = [[torch.randn(t.shape, generator=g) for t in init] for _ in range(3)]
+
+    def run(device, backend, **kw):
+        torch._dynamo.reset()
+        params = [t.clone().to(device).requires_grad_() for t in init]
+        opt = opt_class(params, lr=1e-2, weight_decay=0.01, foreach=True)
+        step = torch.compile(opt.step, backend=backend, **kw)
+        ops = []
+        for i in range(8):
+            for p, gr in zip(params, grads[i % 3]):
+                p.grad = gr.to(device)
+            before = count("ops_dispatched") if device == "neuron" else 0
+            step()
+            ops.append(count("ops_dispatched") - before if device == "neuron" else 0)
+        return [p.detach().cpu() for p in params], ops
+
+    want, _ = run("cpu", "eager")
+    runs = count("native_runs")
+    got, ops = run("neuron", "neuron", mode="max-autotune")
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert count("native_runs") > runs
+    # Ten foreach ops a step on the device (weight decay: AdamW's mul_, Adam's add of the
+    # weights to the gradients; sub, add_, mul_, addcmul_, sqrt, div_, add_, div_,
+    # addcdiv_), not thirteen (a fill_ per element for the lerp's weights).
+    assert ops[1:] == [10] * 7, ops
