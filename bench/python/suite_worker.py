@@ -135,7 +135,10 @@ def run_one(wl, config, args):
         # The warm-up clock starts at the first call: keep the check steps' times.
         fig = run_warmup(run, sync, args.tiny, step_times)
     else:
-        fig = run_steady(wl, run, sync, args.tiny, args.repeats, adaptive=config == "adaptive")
+        # compile(neuron)'s tier-2 kernels come from the background as adaptive mode's do:
+        # both are timed once those builds are done (a build takes one of the two cores).
+        fig = run_steady(wl, run, sync, args.tiny, args.repeats,
+                         adaptive=config in ("adaptive", "compile_neuron"))
         fig["first_call_ms"] = step_times[0] * 1e3
         fig["second_call_ms"] = step_times[1] * 1e3
     fig["wall_s"] = time.perf_counter() - t0
