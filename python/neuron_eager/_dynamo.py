@@ -120,10 +120,14 @@ def _lerp_as_add(gm):
         weight = None
         ok = True
         for full, diff in zip(fulls, diffs):
+            # float32/float64 only: a reduced-precision fill rounds w to its dtype, where
+            # add's alpha stays in float32.
+            dv = diff.meta.get("example_value") if hasattr(diff, "meta") else None
             if not (hasattr(full, "op") and full.op == "call_function" and full.target is torch.full_like
                     and not full.kwargs and len(full.args) == 2 and full.args[0] is diff
                     and len(full.users) == 1 and isinstance(full.args[1], (int, float))
-                    and not isinstance(full.args[1], bool)):
+                    and not isinstance(full.args[1], bool) and isinstance(dv, torch.Tensor)
+                    and dv.dtype in (torch.float32, torch.float64)):
                 ok = False
                 break
             if weight is not None and full.args[1] != weight:

@@ -318,3 +318,30 @@ def test_compiled_adam_is_one_foreach_run_with_tier2_and_matches_cpu_capture(opt
     # weights to the gradients; sub, add_, mul_, addcmul_, sqrt, div_, add_, div_,
     # addcdiv_), not thirteen (a fill_ per element for the lerp's weights).
     assert ops[1:] == [10] * 7, ops
+
+
+def test_compiled_adamw_in_bf16_keeps_its_fills_and_matches_cpu_capture():
+    """A bf16 fill rounds the lerp weight to bf16, add's alpha would not: bf16 steps are
+    not rewritten (more than ten ops a step) and still equal the CPU capture."""
+    g = torch.Generator().manual_seed(6)
+    init = [torch.randn(64, 32, generator=g).bfloat16(), torch.randn(32, generator=g).bfloat16()]
+    grads = [torch.randn(t.shape, generator=g).bfloat16() for t in init]
+
+    def run(device, backend):
+        torch._dynamo.reset()
+        params = [t.clone().to(device).requires_grad_() for t in init]
+        opt = torch.optim.AdamW(params, lr=1e-2, foreach=True)
+        step = torch.compile(opt.step, backend=backend)
+        ops = 0
+        for _ in range(4):
+            for p, gr in zip(params, grads):
+                p.grad = gr.to(device)
+            before = count("ops_dispatched") if device == "neuron" else 0
+            step()
+            ops = count("ops_dispatched") - before if device == "neuron" else 0
+        return [p.detach().cpu() for p in params], ops
+
+    want, _ = run("cpu", "eager")
+    got, ops = run("neuron", "neuron")
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert ops > 10
