@@ -96,6 +96,14 @@ def _boxed_region(gm, example_inputs, autotune=False):  # noqa: ARG001 - AOTAuto
     return boxed
 
 
+def _example(node):
+    """The tensor Dynamo recorded for an FX node (its fake example value), or None."""
+    import torch
+
+    v = node.meta.get("example_value") if hasattr(node, "meta") else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
 def _lerp_as_add(gm):
     """Dynamo traces an in-place foreach lerp with a number weight (Adam's and AdamW's
     first moment) as `diff = _foreach_sub(end, self)`, a `full_like(diff[i], w)` per
@@ -122,11 +130,11 @@ def _lerp_as_add(gm):
         for full, diff in zip(fulls, diffs):
             # float32/float64 only: a reduced-precision fill rounds w to its dtype, where
             # add's alpha stays in float32.
-            dv = diff.meta.get("example_value") if hasattr(diff, "meta") else None
+            dv = _example(diff)
             if not (hasattr(full, "op") and full.op == "call_function" and full.target is torch.full_like
                     and not full.kwargs and len(full.args) == 2 and full.args[0] is diff
                     and len(full.users) == 1 and isinstance(full.args[1], (int, float))
-                    and not isinstance(full.args[1], bool) and isinstance(dv, torch.Tensor)
+                    and not isinstance(full.args[1], bool) and dv is not None
                     and dv.dtype in (torch.float32, torch.float64)):
                 ok = False
                 break
@@ -142,9 +150,6 @@ def _lerp_as_add(gm):
         for full in fulls:
             gm.graph.erase_node(full)
         rewritten += 1
-    if rewritten:
-        gm.graph.lint()
-        gm.recompile()
     return rewritten
 
 
@@ -158,10 +163,6 @@ def _cpu_scalars_as_numbers(gm):
     numbers are read right before the op (after any in-place update of theirs)."""
     import torch
 
-    def value(node):
-        v = node.meta.get("example_value") if hasattr(node, "meta") else None
-        return v if isinstance(v, torch.Tensor) else None
-
     targets = (torch._foreach_div_, torch._foreach_mul_, torch._foreach_add_, torch._foreach_sub_)
     rewritten = 0
     for node in list(gm.graph.nodes):
@@ -174,7 +175,7 @@ def _cpu_scalars_as_numbers(gm):
             continue
         ok = True
         for t, o in zip(tensors, others):
-            tv, ov = value(t), value(o)
+            tv, ov = _example(t), _example(o)
             if (tv is None or ov is None or tv.device.type == "cpu" or ov.device.type != "cpu"
                     or ov.dim() != 0 or ov.dtype != tv.dtype or not tv.dtype.is_floating_point):
                 ok = False
@@ -185,9 +186,6 @@ def _cpu_scalars_as_numbers(gm):
             numbers = [gm.graph.call_method("item", (o,)) for o in others]
         node.args = (tensors, numbers)
         rewritten += 1
-    if rewritten:
-        gm.graph.lint()
-        gm.recompile()
     return rewritten
 
 
@@ -205,8 +203,9 @@ def neuron_backend(gm, example_inputs, mode=None, options=None):
         # eager, on the real tensors' layouts (AOTAutograd would fix them at trace time
         # from fake tensors, whose strides can differ from what CPU kernels give).
         try:
-            _lerp_as_add(gm)
-            _cpu_scalars_as_numbers(gm)
+            if _lerp_as_add(gm) + _cpu_scalars_as_numbers(gm):
+                gm.graph.lint()
+                gm.recompile()
         except Exception as e:  # noqa: BLE001 - the graph as captured still runs
             _warn_once(f"neuron backend: a graph rewrite failed ({type(e).__name__}: {e}); "
                        "the graph runs as captured")
