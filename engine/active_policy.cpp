@@ -43,6 +43,11 @@ trace::SegmentPolicy current_segment_policy() {
   return segment_policy_of(g_policy);
 }
 
+fusion::StreamTrialSettings current_stream_trial() {
+  std::lock_guard lock(g_policy_mutex);
+  return g_policy.stream_trial();
+}
+
 bool active_policy_lifts() { return g_lift_scalars.load(std::memory_order_relaxed); }
 bool active_policy_lists_ops() { return g_policy_lists_ops.load(std::memory_order_relaxed); }
 uint64_t active_hot_threshold() { return g_hot_threshold.load(std::memory_order_relaxed); }

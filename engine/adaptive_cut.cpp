@@ -128,7 +128,9 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
 // start a stretch of ops that pass unrecorded; a productive cut starts over.
 void settle_after_cut(StreamState& state, bool productive) {
   const uint32_t cuts = active_settle_cuts();
-  if (productive || cuts == 0 || trace::recording() || any_compiled_region()) {
+  // (Never inside a stream trial: its recorded stretches must be recorded throughout.)
+  if (productive || cuts == 0 || trace::recording() || any_compiled_region() ||
+      state.stream_guard.on_trial()) {
     state.idle_cuts = 0;
     state.settle_round = 0;
     return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -124,10 +125,21 @@ bool settled_op(c10::DeviceIndex core, int64_t stream) {
   if (trace::recording() || any_compiled_region() || mode() != Mode::kAdaptive) {
     ss.settled_ops = 0;  // a trace or a compiled region needs every op recorded
     ss.stretch_open = false;
+    if (std::exchange(ss.guard_stretch, false)) ss.stream_guard.abort();
     return false;
   }
   if (!ss.stretch_open) begin_stretch_locked(ss, core, stream);
-  if (ss.settled_ops.fetch_sub(1, std::memory_order_relaxed) == 1) ss.stretch_open = false;
+  if (ss.settled_ops.fetch_sub(1, std::memory_order_relaxed) == 1) {
+    // The stretch's last op: a stretch the stream trial asked for may be followed by
+    // another (the next of its pairs, or the period after an unrecorded verdict).
+    const uint64_t next = ss.guard_stretch ? stream_trial_unrecorded_done(ss, core) : 0;
+    if (next > 0) {
+      ss.settled_ops = static_cast<uint32_t>(std::min<uint64_t>(next, UINT32_MAX));
+    } else {
+      ss.stretch_open = false;
+      ss.guard_stretch = false;
+    }
+  }
   ++g_ops_per_op;
   ++g_settled_ops;
   return true;
@@ -234,6 +246,11 @@ void note_dispatch(std::unique_ptr<backend::OpWork>& owned, const OpInfo& info,
       flush_locked(ss, *reason, core, stream);
     else if (adaptive)
       adaptive_after_add(ss, core, stream);
+    if (adaptive && !recording && mode() == Mode::kAdaptive && !any_compiled_region())
+      if (const uint64_t unrecorded = stream_trial_recorded_op(ss, core); unrecorded > 0) {
+        ss.settled_ops = static_cast<uint32_t>(std::min<uint64_t>(unrecorded, UINT32_MAX));
+        ss.guard_stretch = true;
+      }
   }
   if (trace::recording()) emit_op_dispatch(work, info, op, core, stream, start_ns, links);
 }

@@ -12,6 +12,7 @@
 #include "engine/op_table.h"
 #include "engine/pch.h"
 #include "fusion/planner.h"
+#include "fusion/stream_guard.h"
 #include "trace/segmenter.h"
 
 namespace neuron::engine {
@@ -59,7 +60,12 @@ struct StreamState {
   std::atomic<uint32_t> settled_ops{0};
   bool stretch_open = false;
   bool partial = false;
-  explicit StreamState(trace::SegmentPolicy policy) : segmenter(std::move(policy)) {}
+  // The stream trial (fusion/stream_guard.h); guard_stretch: the settled stretch running
+  // now is one the trial asked for (its end goes back to the trial).
+  fusion::StreamGuard stream_guard;
+  bool guard_stretch = false;
+  StreamState(trace::SegmentPolicy policy, fusion::StreamTrialSettings trial, uint64_t seed)
+      : segmenter(std::move(policy)), stream_guard(trial, seed) {}
   // The ops before segment position `ops` are queued: their pins become identities (their
   // memory is freed as in eager mode once nothing else holds it; later work on the stream
   // runs after theirs). 
@@ -74,6 +80,8 @@ StreamState* find_stream_state(c10::DeviceIndex core, int64_t stream);
 void restart_segmenters();
 // The segmenting settings of the active policy (active_policy.cpp).
 trace::SegmentPolicy current_segment_policy();
+// The stream trial's settings under the active policy (active_policy.cpp).
+fusion::StreamTrialSettings current_stream_trial();
 
 // Adaptive controller (adaptive_window.cpp, adaptive_cut.cpp). The caller holds state.mutex.
 // Takes one dispatched op: queue it, or hold it while it matches a ready program.
@@ -87,6 +95,11 @@ void adaptive_after_add(StreamState& state, c10::DeviceIndex core, int64_t strea
 // partial: the segment is the fragment after a restart of the segmenter (never planned).
 void adaptive_cut(StreamState& state, const trace::Segment& segment, uint64_t count,
                   c10::DeviceIndex core, int64_t stream, bool partial);
+// The stream trial's calls (stream_trial.cpp; the caller holds state.mutex): a recorded
+// op was dispatched / the last op of a stretch the trial asked for passed unrecorded.
+// Each returns the ops that should pass unrecorded next (0: record).
+uint64_t stream_trial_recorded_op(StreamState& state, c10::DeviceIndex core);
+uint64_t stream_trial_unrecorded_done(StreamState& state, c10::DeviceIndex core);
 // A view of base was created: its storage stays observable even if base dies.
 void note_view(const at::Tensor& base);
 // How an op would take part in a fused program.

@@ -13,6 +13,7 @@
 
 #include "fusion/guard.h"
 #include "fusion/planner.h"
+#include "fusion/stream_guard.h"
 #include "trace/segmenter.h"
 
 namespace neuron::fusion {
@@ -66,6 +67,18 @@ struct Policy {
   uint32_t settle_cuts = 8;
   uint32_t settle_first_ops = 64;
   uint32_t settle_max_ops = 4096;
+  // The stream trial (fusion/stream_guard.h): whether recording pays at all. A stream
+  // whose ops average less than settle_trial_max_op_us of wall time is tried after
+  // settle_trial_after_ops recorded ops: stretches of about settle_trial_stretch_ms
+  // unrecorded and recorded in pairs; where unrecorded wins with confidence the stream
+  // passes settle_trial_period_ops ops unrecorded (doubling per win in a row), then is
+  // tried again; otherwise the next trial waits twice as many ops. settle_cuts 0 (always
+  // record) turns it off too.
+  bool settle_trial = true;
+  uint64_t settle_trial_after_ops = 4096;
+  double settle_trial_max_op_us = 50;
+  double settle_trial_stretch_ms = 5;
+  uint64_t settle_trial_period_ops = 65536;
   // Tile groups over fewer elements stay per op: their operands fit in cache, so tiling
   // saves no traffic, while holding the ops until the cut costs the host/device overlap.
   uint64_t min_group_elements = 65536;
@@ -148,6 +161,21 @@ struct Policy {
   }
   // The count of hits plus misses at which both halve.
   static uint64_t prefix_decay_at(uint32_t min_misses) { return uint64_t{64} * (min_misses > 0 ? min_misses : 1); }
+  // The stream trial's settings under this policy (its statistics are the key guard's).
+  StreamTrialSettings stream_trial() const {
+    StreamTrialSettings s;
+    s.enabled = settle_trial && settle_cuts > 0;  // settle_cuts 0: always record
+    s.after_ops = settle_trial_after_ops;
+    s.max_op_us = settle_trial_max_op_us;
+    s.stretch_ms = settle_trial_stretch_ms;
+    s.settled_ops = settle_trial_period_ops;
+    s.settled_max_ops = std::max<uint64_t>(settle_trial_period_ops, uint64_t{1} << 21);
+    s.min_pairs = guard.min_pairs;
+    s.max_pairs = std::max(guard.max_pairs, guard.min_pairs);
+    s.alpha = guard.alpha;
+    s.margin = guard.margin;
+    return s;
+  }
   // Ops a stream lets pass unrecorded in its n-th settled stretch in a row (n >= 0).
   static uint32_t settle_stretch(uint32_t first_ops, uint32_t max_ops, uint32_t n) {
     const uint64_t ops = static_cast<uint64_t>(first_ops) << std::min<uint32_t>(n, 32);

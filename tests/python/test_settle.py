@@ -112,6 +112,55 @@ def test_a_settled_stream_fuses_a_new_loop_soon(adaptive):
     assert c["ops_in_fused_segments"] >= 0.6 * c["ops_queued"], c
 
 
+# Keys recur but never get hot: every cut counts towards hotness, so the stream never
+# settles by idle cuts; only a stream trial (fusion/stream_guard.h) lets ops pass
+# unrecorded. Its statistics are unit-tested in tests/cpp/test_stream_guard.cpp; here the
+# engine side: stretches really pass unrecorded, results stay exact, knobs apply.
+NEVER_HOT = {"hot_threshold": 1000000, "settle_trial_after_ops": 256, "settle_trial_stretch_ms": 1}
+
+
+def test_a_stream_trial_runs_unrecorded_stretches_and_stays_exact(adaptive):
+    cpu = loop("cpu", 400, read_every=10)
+    neuron_eager.set_policy(NEVER_HOT)
+    neuron_eager.reset_counters()
+    got = loop("neuron", 400, read_every=10)
+    c = neuron_eager.counters()
+    assert equal(got[0], cpu[0]) and got[1] == cpu[1]
+    assert c["stream_trials"] >= 1, c
+    # Every trial passes half of its stretches unrecorded, whatever it decides.
+    assert c["ops_settled"] > 0, c
+    assert c["settled_stretches"] == 0, c  # none of them came from idle cuts
+    assert c["segments_fused"] == 0, c
+
+
+def test_no_stream_trial_when_switched_off_or_ops_are_slower_than_the_bound(adaptive):
+    for policy in ({**NEVER_HOT, "settle_trial": False}, {**NEVER_HOT, "settle_trial_max_op_us": 0}):
+        neuron_eager.set_policy(policy)
+        neuron_eager.reset_counters()
+        loop("neuron", 200, read_every=10)
+        c = neuron_eager.counters()
+        assert c["stream_trials"] == 0 and c["ops_settled"] == 0, (policy, c)
+
+
+def test_a_trace_stops_a_stream_trial(adaptive, tmp_path):
+    neuron_eager.set_policy(NEVER_HOT)
+    loop("neuron", 60, read_every=10)  # past settle_trial_after_ops: a trial runs
+    neuron_eager.reset_counters()
+    with ntrace.record(str(tmp_path / "t.ntrace")):
+        loop("neuron", 100, read_every=10)
+    c = neuron_eager.counters()
+    assert c["ops_settled"] == 0 and c["stream_trials"] == 0, c
+
+
+def test_stream_trial_knobs_are_checked():
+    import pytest
+    with pytest.raises(ValueError, match="settle_trial_stretch_ms"):
+        neuron_eager.set_policy({"settle_trial_stretch_ms": 0})
+    with pytest.raises(ValueError, match="settle_trial"):
+        neuron_eager.set_policy({"settle_trial": "maybe"})
+    neuron_eager.set_policy("default")
+
+
 def robust_program_cell_3():
     """A seeded program of bench/python/robust.py (seed 8686, cell 3): its loop body starts
     like the short segment cut at each host read, which occurs once per 500 iterations."""
