@@ -73,11 +73,11 @@ struct Policy {
   // unrecorded and recorded in pairs; where unrecorded wins with confidence the stream
   // passes settle_trial_period_ops ops unrecorded (doubling per win in a row), then is
   // tried again; otherwise the next trial waits twice as many ops. settle_cuts 0 (always
-  // record) turns it off too.
+  // record) and guard false turn it off too.
   bool settle_trial = true;
-  uint64_t settle_trial_after_ops = 4096;
+  uint64_t settle_trial_after_ops = 2048;
   double settle_trial_max_op_us = 50;
-  double settle_trial_stretch_ms = 5;
+  double settle_trial_stretch_ms = 4;
   uint64_t settle_trial_period_ops = 65536;
   // Tile groups over fewer elements stay per op: their operands fit in cache, so tiling
   // saves no traffic, while holding the ops until the cut costs the host/device overlap.
@@ -164,7 +164,8 @@ struct Policy {
   // The stream trial's settings under this policy (its statistics are the key guard's).
   StreamTrialSettings stream_trial() const {
     StreamTrialSettings s;
-    s.enabled = settle_trial && settle_cuts > 0;  // settle_cuts 0: always record
+    // settle_cuts 0 (always record) and guard false (every hot key fused) turn it off too.
+    s.enabled = settle_trial && settle_cuts > 0 && guard.enabled;
     s.after_ops = settle_trial_after_ops;
     s.max_op_us = settle_trial_max_op_us;
     s.stretch_ms = settle_trial_stretch_ms;

@@ -21,9 +21,9 @@ namespace neuron::fusion {
 
 struct StreamTrialSettings {
   bool enabled = true;
-  uint64_t after_ops = 4096;     // recorded ops before the first trial (and its rate sample)
+  uint64_t after_ops = 2048;     // recorded ops before the first trial (and its rate sample)
   double max_op_us = 50;         // only streams whose ops average less wall time are tried
-  double stretch_ms = 5;         // a stretch lasts about this long (ops from the rate)
+  double stretch_ms = 4;         // a stretch lasts about this long (ops from the rate)
   uint32_t min_stretch_ops = 256;
   uint32_t max_stretch_ops = 16384;
   uint32_t min_pairs = 6;        // 6 of 6 wins: p = 1/64

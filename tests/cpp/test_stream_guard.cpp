@@ -132,4 +132,7 @@ TEST(StreamGuard, PolicyCarriesTheSettings) {
   EXPECT_TRUE(p.stream_trial().enabled);
   p.settle_cuts = 0;  // always record
   EXPECT_FALSE(p.stream_trial().enabled);
+  p.settle_cuts = 8;
+  p.guard.enabled = false;  // every hot key fused: no guard of either kind
+  EXPECT_FALSE(p.stream_trial().enabled);
 }
