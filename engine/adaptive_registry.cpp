@@ -10,6 +10,7 @@
 #include "engine/compiled_region.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
+#include "engine/stream_state.h"
 #include "fusion/native.h"
 #include "trace/recorder.h"
 
@@ -124,6 +125,9 @@ void reset_fusion_state() {
   }
   trace_cache().clear();
   forget_first_sight_programs();
+  // Settling and the stream trials' verdicts are decisions too: every stream records again.
+  flush_all_windows();
+  restart_segmenters();
 }
 
 }  // namespace neuron::engine

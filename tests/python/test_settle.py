@@ -152,6 +152,17 @@ def test_a_trace_stops_a_stream_trial(adaptive, tmp_path):
     assert c["ops_settled"] == 0 and c["stream_trials"] == 0, c
 
 
+def test_reset_fusion_state_forgets_a_stream_trial(adaptive):
+    neuron_eager.set_policy({**NEVER_HOT, "settle_trial_after_ops": 100000})
+    neuron_eager.set_policy({**NEVER_HOT})  # counting towards a trial from here
+    loop("neuron", 25, read_every=5)        # about 225 ops: no trial yet (256)
+    neuron_eager.reset_fusion_state()       # counts from zero again
+    neuron_eager.reset_counters()
+    loop("neuron", 25, read_every=5)
+    c = neuron_eager.counters()
+    assert c["stream_trials"] == 0 and c["ops_queued"] < 256, c
+
+
 def test_stream_trial_knobs_are_checked():
     import pytest
     with pytest.raises(ValueError, match="settle_trial_stretch_ms"):
