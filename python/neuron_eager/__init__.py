@@ -33,6 +33,10 @@ from . import _exit  # noqa: E402
 
 _exit.register()  # no abort at exit right after a backward (see _exit.py)
 
+from . import _safetensors  # noqa: E402
+
+_safetensors.install()  # safetensors.torch.load_file(..., device="neuron") (see _safetensors.py)
+
 if not hasattr(torch.Tensor, "is_neuron"):
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

@@ -120,3 +120,28 @@ def test_sft_trainer_matches_cpu(tmp_path, monkeypatch):
     # TRL's own neuron path: "auto" padding picks 128 for the neuron device.
     _, _, trainer = sft(False, tmp_path / "auto", max_steps=1)
     assert trainer.args.pad_to_multiple_of == 128
+
+
+def test_safetensors_load_file_onto_neuron(tmp_path):
+    # peft >= 0.22 asks safetensors for the device torch.accelerator reports ("neuron"),
+    # which safetensors' Rust side rejects; neuron_eager teaches load_file the device.
+    import subprocess
+    import sys
+
+    import safetensors.torch as st
+    want = {"w": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.int64)}
+    path = str(tmp_path / "t.safetensors")
+    st.save_file(want, path)
+    for device in ("neuron", "neuron:0", torch.device("neuron", 0)):
+        got = st.load_file(path, device=device)
+        assert set(got) == set(want)
+        for k in want:
+            assert got[k].device.type == "neuron"
+            assert torch.equal(got[k].cpu(), want[k])
+    assert st.load_file(path)["w"].device.type == "cpu"
+    # Imported after neuron_eager (autoloaded by torch) in a fresh interpreter: the hook.
+    code = ("import torch, safetensors.torch as st; t = st.load_file(%r, device='neuron'); "
+            "print(t['w'].device, bool(t['b'].cpu().eq(torch.arange(5)).all()))" % path)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["neuron:0", "True"]
