@@ -8,22 +8,22 @@ namespace {
 
 constexpr int64_t kUnknown = -1, kInvalid = -2;
 
-double median(std::vector<double> v) {
+}  // namespace
+
+double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
   x ^= x >> 27;
   x *= 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
-
-}  // namespace
 
 const char* verdict_name(GuardVerdict verdict) {
   switch (verdict) {
@@ -50,7 +50,7 @@ KeyGuard::KeyGuard(uint64_t key, GuardSettings settings) : key_(key), settings_(
 
 RunMode KeyGuard::planned(uint64_t key, uint32_t trial, int64_t occurrence) {
   const uint64_t pair = static_cast<uint64_t>(occurrence) / 2;
-  const bool fused_first = mix(key ^ mix(trial * 0x9e3779b97f4a7c15ull + pair)) & 1;
+  const bool fused_first = mix64(key ^ mix64(trial * 0x9e3779b97f4a7c15ull + pair)) & 1;
   const bool first = occurrence % 2 == 0;
   return first == fused_first ? RunMode::kFused : RunMode::kPerOp;
 }
@@ -117,9 +117,9 @@ GuardReport KeyGuard::decide_locked() {
   }
   const uint32_t n = static_cast<uint32_t>(ratios.size());
   r.pairs = n;
-  r.ratio = median(ratios);
-  r.fused_median_ns = static_cast<uint64_t>(median(fused));
-  r.per_op_median_ns = static_cast<uint64_t>(median(per_op));
+  r.ratio = median_of(ratios);
+  r.fused_median_ns = static_cast<uint64_t>(median_of(fused));
+  r.per_op_median_ns = static_cast<uint64_t>(median_of(per_op));
   const bool fast_enough = settings_.margin < 1.0 && r.ratio <= 1.0 - settings_.margin;
   if (n >= settings_.early_pairs && all_early_losses) r.verdict = GuardVerdict::kDemote;
   else if (n >= settings_.min_pairs && sign_test_tail(n, wins) <= settings_.alpha && fast_enough)

@@ -47,6 +47,10 @@ struct GuardReport {
 
 // One-sided sign test: P(X >= k) for X ~ Binomial(n, 1/2).
 double sign_test_tail(uint32_t n, uint32_t k);
+// The median of v (0 when empty), and splitmix64's finaliser (a trial's draws): shared
+// with the stream trial (fusion/stream_guard.h).
+double median_of(std::vector<double> v);
+uint64_t mix64(uint64_t x);
 
 class KeyGuard {
  public:

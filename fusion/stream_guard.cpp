@@ -6,24 +6,6 @@
 #include "trace/clock.h"
 
 namespace neuron::fusion {
-namespace {
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 const char* stream_verdict_name(StreamVerdict verdict) {
   switch (verdict) {
@@ -37,7 +19,7 @@ const char* stream_verdict_name(StreamVerdict verdict) {
 
 StreamGuard::StreamGuard(StreamTrialSettings settings, uint64_t seed)
     : settings_(settings),
-      seed_(mix(seed + 0x5eed)),
+      seed_(mix64(seed + 0x5eed)),
       threshold_(std::max<uint64_t>(settings.after_ops, 2)),
       backoff_(threshold_),
       settle_period_(std::max<uint64_t>(settings.settled_ops, 1)) {}
@@ -119,7 +101,7 @@ uint64_t StreamGuard::start_trial(uint64_t now_ns, double rate_ns) {
 void StreamGuard::plan_pair() {
   // Order and length drawn per pair: a loop whose period is a multiple of the stretch
   // would otherwise put the same part of its body in the same arm every time.
-  const uint64_t r = mix(seed_ ^ mix(trial_ * 0x9e3779b97f4a7c15ull + ratios_.size()));
+  const uint64_t r = mix64(seed_ ^ mix64(trial_ * 0x9e3779b97f4a7c15ull + ratios_.size()));
   const bool unrecorded_first = r & 1;
   const uint64_t ops = stretch_ops_ + (r >> 1) % (stretch_ops_ / 2 + 1);
   pair_[0] = {unrecorded_first, ops};
@@ -156,7 +138,7 @@ void StreamGuard::decide() {
   const uint32_t n = static_cast<uint32_t>(ratios_.size());
   uint32_t wins = 0;
   for (double r : ratios_) wins += r < 1.0;
-  const double ratio = median(ratios_);
+  const double ratio = median_of(ratios_);
   const bool fast_enough = settings_.margin < 1.0 && ratio <= 1.0 - settings_.margin;
   StreamVerdict verdict = StreamVerdict::kNone;
   if (n >= settings_.min_pairs && sign_test_tail(n, wins) <= settings_.alpha && fast_enough)
