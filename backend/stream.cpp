@@ -168,7 +168,6 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
 void Stream::worker_loop() {
   t_worker_stream = this;
   if (auto init = g_thread_init.load()) init();
-  int spinning = -1;  // the last state given to the spin hook
   // The items taken from queue_ at once (all it held), run in order: the worker takes the
   // lock the host enqueues under once per batch, not once per item. Both vectors keep
   // their capacity, so a steady stream of ops allocates nothing here.
@@ -182,11 +181,7 @@ void Stream::worker_loop() {
     }
     std::unique_ptr<WorkItem> item = std::move(batch[next++]);
     const auto started = std::chrono::steady_clock::now();
-    if (auto hook = g_spin_hook.load(std::memory_order_relaxed)) {
-      const bool spin = host_waits_long();
-      if (static_cast<int>(spin) != spinning) hook(spin);
-      spinning = spin;
-    }
+    if (auto hook = g_spin_hook.load(std::memory_order_relaxed)) hook(host_waits_long());
     try {
       item->run();
     } catch (const std::exception& e) {

@@ -97,7 +97,7 @@ class Stream {
   // Called once on each new worker thread before it runs items (the engine sets up
   // per-thread state there, such as the intra-op thread count).
   static void set_thread_init(void (*init)());
-  // Called on a worker before an item when host_waits_long() changed since the last item.
+  // Called on a worker before each item with host_waits_long().
   static void set_spin_hook(void (*hook)(bool host_waits_long));
   // How long a host thread waiting for this stream yields its core before it sleeps.
   static void set_sync_yield(std::chrono::microseconds budget);

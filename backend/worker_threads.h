@@ -46,9 +46,10 @@ void run_free_units(int64_t n, c10::function_ref<void(int64_t)> unit);
 // to CPU eager's count, placed and freed the team 3-4 times a step (robust.py's decode,
 // 500 steps, eager: 1827 sched_setaffinity calls; 23 with this rule).
 void set_item_threads_to(int threads, bool may_place = true);
-// Whether the workers' OpenMP teams may spin between parallel regions (libgomp's full
-// spin) or should sleep at once (throttled): Stream's spin hook.
-void set_team_spinning(bool spin);
+// Stream's spin hook, on a worker before each item: the worker's OpenMP team spins between
+// parallel regions (libgomp's full spin) while a host thread has waited long and the team
+// is placed on CPUs of its own; otherwise it sleeps at once (throttled).
+void set_team_spinning(bool host_waits_long);
 // The calling worker's OpenMP team: thread k's id and the CPU it keeps while a host thread
 // waits for the stream (the host is then idle); while the host is busy every team thread
 // may run on any of `allowed` and the scheduler keeps them off the host's CPU as it can.

@@ -111,3 +111,44 @@ def test_a_long_host_wait_frees_the_host_team_and_results_stay_cpu_exact():
     assert torch.equal(yd.cpu(), y)
     # CPU work on the host goes on (a new team) with the same result.
     assert torch.equal((x * 2).sum(), total)
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one intra-op thread: no OpenMP team to spin")
+def test_the_worker_team_spins_only_placed_and_stops_when_the_host_resumes():
+    # backend/worker_threads.cpp, set_team_spinning: while the host waits long, a team placed
+    # on CPUs of its own (large items) spins between regions; once the host works again the
+    # worker ends the spin in progress (counter team_spin_stops). Small items never place
+    # the team, so a long wait on them never makes it spin.
+    import neuron_eager
+
+    if os.environ.get("NEURON_PIN_WORKERS", "1") == "0":
+        pytest.skip("NEURON_PIN_WORKERS=0: the team is never placed, so it never spins")
+    torch.manual_seed(3)
+    w = torch.randn(768, 768) / 28
+    wd = w.to(DEV)
+    torch.neuron.synchronize()
+
+    def stops():
+        return neuron_eager.counters().get("team_spin_stops", 0)
+
+    small = torch.randn(64, 64, device=DEV)
+    before = stops()
+    for _ in range(3):
+        s = small
+        for _ in range(4000):  # well over 5 ms of queued one-thread work, waited for
+            s = torch.tanh(s * 1.01)
+        s.cpu()
+        (small + 1).cpu()  # the host works again: the worker runs an item
+    assert stops() == before, "a team that was never placed was stopped: it spun"
+
+    yd = wd
+    for _ in range(3):
+        for _ in range(40):  # tens of milliseconds of large items, waited for
+            yd = torch.tanh(yd @ wd)
+        torch.neuron.synchronize()
+        (small + 1).cpu()
+    assert stops() > before, "the placed team spun through a long wait and was never stopped"
+    y = w
+    for _ in range(120):
+        y = torch.tanh(y @ w)
+    assert torch.equal(yd.cpu(), y)
