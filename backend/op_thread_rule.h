@@ -29,10 +29,17 @@ enum class ThreadRule : uint8_t {
 
 // Whether a kMatmul / kReduction item's bits are equal at one thread and at CPU eager's
 // count: decided once per geometry (op, sizes, strides, offsets, scalar arguments) on the
-// calling worker by running the op on random inputs both ways (thread_trial.cpp).
+// calling worker by running the op on random inputs both ways (thread_trial.cpp). The
+// trial runs while the worker is idle (run_deferred_thread_trial); until its verdict the
+// geometry counts as not free.
 bool trial_thread_free(const OpWork& work);
-// Counters (trace/counters.h): thread_trials (geometries tried), thread_free_geometries
-// (of which equal bits: they run as free items).
+// The worker's idle hook (Stream::set_idle_hook): runs the oldest deferred trial of the
+// calling worker, abandoning it (kept for the next idle time) as soon as an item is
+// queued. Whether there was one.
+bool run_deferred_thread_trial();
+// Counters (trace/counters.h): thread_trials_deferred (geometries queued for a trial),
+// thread_trials (geometries tried), thread_free_geometries (of which equal bits: they run
+// as free items).
 // The policy's thread_trial_sightings, thread_trial_runs and thread_trial_min_output
 // (called by set_thread_policy).
 void set_thread_trial_policy(const fusion::Policy& policy);

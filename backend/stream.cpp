@@ -13,6 +13,7 @@ namespace {
 std::atomic<void (*)()> g_thread_init{nullptr};
 std::atomic<Stream::WaitFn> g_wait_wrapper{nullptr};
 std::atomic<void (*)(bool)> g_spin_hook{nullptr};
+std::atomic<bool (*)()> g_idle_hook{nullptr};
 std::atomic<int64_t> g_sync_yield_us{20000};
 
 inline void cpu_relax() {
@@ -35,6 +36,7 @@ void free_host_openmp_team() {
 
 void Stream::set_thread_init(void (*init)()) { g_thread_init.store(init); }
 void Stream::set_spin_hook(void (*hook)(bool)) { g_spin_hook.store(hook); }
+void Stream::set_idle_hook(bool (*hook)()) { g_idle_hook.store(hook); }
 void Stream::set_wait_wrapper(WaitFn wrapper) { g_wait_wrapper.store(wrapper); }
 void Stream::set_sync_yield(std::chrono::microseconds budget) { g_sync_yield_us.store(budget.count()); }
 
@@ -124,7 +126,8 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
   // Spin, then yield, before sleeping: back-to-back ops cost no futex wake-up, and a
   // woken worker never waits for a time slice behind busy intra-op threads. Yielding
   // leaves the core to the dispatching host thread whenever it needs it.
-  const auto idle_since = std::chrono::steady_clock::now();
+  auto idle_since = std::chrono::steady_clock::now();
+  bool idle_work = true;  // deferred work may be waiting for an idle worker
   for (int spin = 0;; ++spin) {
     // Polls the enqueue counter, not the mutex: a spinning worker never makes the
     // dispatching thread wait for the lock.
@@ -133,6 +136,16 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
       batch.swap(queue_);
       taken_ += batch.size();
       return true;
+    }
+    if (idle_work) {
+      // Deferred work (thread-count trials) runs only while nothing is queued.
+      auto hook = g_idle_hook.load(std::memory_order_relaxed);
+      idle_work = hook != nullptr && hook();
+      if (idle_work) {
+        spin = -1;
+        idle_since = std::chrono::steady_clock::now();
+        continue;
+      }
     }
     if (spin % 64 == 63) {
       std::lock_guard lock(mutex_);

@@ -99,6 +99,12 @@ class Stream {
   static void set_thread_init(void (*init)());
   // Called on a worker before each item with host_waits_long().
   static void set_spin_hook(void (*hook)(bool host_waits_long));
+  // Called on a worker whose queue is empty, before it spins or sleeps: runs one piece of
+  // deferred work (a thread-count trial) and returns whether it did; called again until it
+  // returns false. It should give up as soon as work_arrived().
+  static void set_idle_hook(bool (*hook)());
+  // On this stream's worker: whether items were queued since it last took a batch.
+  bool work_arrived() const { return enqueued_.load(std::memory_order_acquire) > taken_; }
   // How long a host thread waiting for this stream yields its core before it sleeps.
   static void set_sync_yield(std::chrono::microseconds budget);
   // Wraps every blocking wait of a host thread (the Python bindings release the GIL there,

@@ -6,16 +6,22 @@
 // once on one thread and once on CPU eager's count, twice; equal bits in every output
 // element make the geometry free. A different reduction order shows up in nearly every
 // one of thousands of elements, so outputs under thread_trial_min_output elements stay fixed. A
-// geometry is tried at its third sighting; until then it runs as fixed.
+// geometry is tried after its third sighting, while the worker is idle (a trial runs the op
+// four times on fresh random inputs: inline, each new geometry of a shape-changing program
+// cost its step milliseconds); until the verdict it runs as fixed.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
 
 #include <atomic>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "backend/op_thread_rule.h"
 #include "backend/op_work.h"
+#include "backend/stream.h"
 #include "fusion/policy.h"
 #include "trace/counters.h"
 
@@ -29,9 +35,18 @@ std::atomic<int> g_sightings{static_cast<int>(fusion::Policy{}.thread_trial_sigh
 
 // Per geometry: how often it was seen (1 .. sightings - 1), then the verdict. Shapes that
 // never recur (a batch size new at every step) never pay for a trial.
-constexpr int8_t kFree = 100, kFixed = -1;
+constexpr int8_t kFree = 100, kFixed = -1, kDeferred = 101;
 thread_local std::unordered_map<uint64_t, int8_t> t_verdicts;
+// Geometries waiting for the worker's idle time: a copy of the item's op, metas and plain
+// arguments (no device memory), oldest first. Bounded: beyond it a geometry stays fixed.
+struct DeferredTrial {
+  std::unique_ptr<OpWork> work;
+  uint64_t key;
+};
+thread_local std::deque<DeferredTrial> t_deferred;
+constexpr size_t kMaxDeferred = 256;
 trace::Counter g_trials{"thread_trials"}, g_free{"thread_free_geometries"};  // geometries tried, found free
+trace::Counter g_deferred{"thread_trials_deferred"};  // geometries queued for a trial in idle time
 
 bool floating(int8_t dtype) {
   switch (static_cast<c10::ScalarType>(dtype)) {
@@ -66,7 +81,7 @@ at::Tensor random_like(const trace::TensorMeta& m, at::Generator& gen) {
     extent += (m.sizes[i] - 1) * m.strides[i];
   }
   at::Tensor base = at::empty({extent}, at::TensorOptions().dtype(static_cast<c10::ScalarType>(m.dtype)));
-  base.normal_(0.0, 1.0, gen);
+  base.uniform_(-2.0, 2.0, gen);  // a different reduction order shows in any such values
   return base.as_strided(c10::IntArrayRef(m.sizes.data(), m.ndim),
                          c10::IntArrayRef(m.strides.data(), m.ndim), m.storage_offset);
 }
@@ -92,17 +107,21 @@ bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   return true;
 }
 
-bool trial(const OpWork& w, int threads) {
-  ++g_trials;
+// The verdict, or nullopt when an item was queued meanwhile (the trial gives way).
+std::optional<bool> trial(const OpWork& w, int threads) {
+  const Stream* stream = Stream::current_worker_stream();
+  auto arrived = [&] { return stream != nullptr && stream->work_arrived(); };
   const int runs = g_runs.load(std::memory_order_relaxed);
   for (int t = 0; t < runs; ++t) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(0x5eed + static_cast<uint64_t>(t));
     std::vector<at::Tensor> inputs;
     inputs.reserve(w.record.tensors.size());
     for (const auto& m : w.record.tensors) inputs.push_back(random_like(m, gen));
-    if (!same_bits(run_at(w, inputs, 1), run_at(w, inputs, threads))) return false;
+    if (arrived()) return std::nullopt;
+    std::vector<at::Tensor> one = run_at(w, inputs, 1);
+    if (arrived()) return std::nullopt;
+    if (!same_bits(one, run_at(w, inputs, threads))) return false;
   }
-  ++g_free;
   return true;
 }
 
@@ -114,18 +133,39 @@ bool trial_thread_free(const OpWork& w) {
   const uint64_t key = w.record.hash();
   int8_t& state = t_verdicts[key];
   if (state == kFree) return true;
-  if (state == kFixed) return false;
+  if (state == kFixed || state == kDeferred) return false;
   if (++state < g_sightings.load(std::memory_order_relaxed)) return false;  // a geometry that recurs is worth a trial
-  bool free = false;
-  if (eligible(w)) {
-    try {
-      free = trial(w, threads);
-    } catch (const std::exception&) {
-      free = false;  // the item itself reports its error when it runs
-    }
+  if (!eligible(w) || t_deferred.size() >= kMaxDeferred) {
+    state = kFixed;
+    return false;
   }
-  state = free ? kFree : kFixed;
-  return free;
+  auto copy = OpWork::acquire(w.op);
+  copy->record = w.record;
+  copy->values = w.values;
+  copy->slots = w.slots;
+  copy->output_metas = w.output_metas;
+  t_deferred.push_back({std::move(copy), key});
+  ++g_deferred;
+  state = kDeferred;
+  return false;
+}
+
+bool run_deferred_thread_trial() {
+  if (t_deferred.empty()) return false;
+  DeferredTrial& job = t_deferred.front();
+  std::optional<bool> free;
+  try {
+    free = trial(*job.work, large_item_threads());
+  } catch (const std::exception&) {
+    free = false;  // the item itself reports its error when it runs
+  }
+  if (!free.has_value()) return false;  // work arrived: the trial waits for the next idle time
+  ++g_trials;
+  if (*free) ++g_free;
+  t_verdicts[job.key] = *free ? kFree : kFixed;
+  OpWork::recycle(std::move(job.work));
+  t_deferred.pop_front();
+  return true;
 }
 
 void set_thread_trial_policy(const fusion::Policy& policy) {

@@ -110,6 +110,7 @@ const Config& init_from_env() {
                                                                  : at::get_num_threads());
     backend::Stream::set_thread_init(&init_worker_thread);
     backend::Stream::set_spin_hook(&backend::set_team_spinning);
+    backend::Stream::set_idle_hook(&backend::run_deferred_thread_trial);
     backend::Stream::set_sync_yield(std::chrono::microseconds(g_config.sync_yield_us));
     backend::init(backend::RuntimeConfig{g_config.cores, g_config.hbm_bytes});
     keep_freed_host_buffers();

@@ -132,6 +132,12 @@ def test_the_worker_team_spins_only_placed_and_stops_when_the_host_resumes():
         return neuron_eager.counters().get("team_spin_stops", 0)
 
     small = torch.randn(64, 64, device=DEV)
+    # Unplace the team (an earlier test may have left it placed): a product whose bits
+    # depend on the thread count runs on the team while the host works (sleeps here).
+    p, q = torch.randn(10, 64, device=DEV), torch.randn(64, 256, device=DEV)
+    torch.neuron.synchronize()
+    torch.mm(p, q)
+    time.sleep(0.05)
     before = stops()
     for _ in range(3):
         s = small
