@@ -8,6 +8,7 @@
 #include "backend/runtime.h"
 #include "backend/segment_work.h"
 #include "engine/adaptive_guard.h"
+#include "engine/guard_memory.h"
 #include "engine/adaptive_registry.h"
 #include "engine/compiled_region.h"
 #include "engine/native_config.h"
@@ -104,6 +105,7 @@ void guard_at_cut(StreamState& state, ReadyProgram& ready,
     ready.per_op = !keep;
     count_guard_verdict(report.verdict);
     emit_guard_verdict(ready.key, report, core8);
+    remember_verdict(guard, active_policy().guard, report);
     trace_cache().transition(ready.key, !keep ? trace::SegmentState::kDemoted
                                         : has_tier2_kernel(ready) ? trace::SegmentState::kReadyTier2
                                                                   : trace::SegmentState::kReadyTier1);

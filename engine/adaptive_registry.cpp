@@ -8,6 +8,7 @@
 
 #include "engine/adaptive_guard.h"
 #include "engine/compiled_region.h"
+#include "engine/guard_memory.h"
 #include "engine/engine.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
@@ -68,8 +69,10 @@ bool attach_guard(Registry& r, ReadyProgram& program, const fusion::GuardSetting
     if (!f.guard) {
       f.guard = std::make_shared<fusion::KeyGuard>(program.family, settings);
       f.seen = std::make_shared<std::atomic<uint64_t>>(0);
-      f.guard->start_trial();
-      started = true;
+      if (!seed_from_memory(*f.guard, settings)) {
+        f.guard->start_trial();
+        started = true;
+      }
     }
     program.guard = f.guard;
     program.guard_seen = f.seen;
@@ -78,8 +81,10 @@ bool attach_guard(Registry& r, ReadyProgram& program, const fusion::GuardSetting
     program.guard = std::make_shared<fusion::KeyGuard>(program.key, settings);
     program.guard_seen = std::make_shared<std::atomic<uint64_t>>(0);
     program.family_guard = false;
-    program.guard->start_trial();
-    started = true;
+    if (!seed_from_memory(*program.guard, settings)) {
+      program.guard->start_trial();
+      started = true;
+    }
   }
   // A later member follows its family: on trial with it, or its verdict's mode.
   program.on_trial = program.guard->on_trial();

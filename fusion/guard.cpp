@@ -152,6 +152,24 @@ GuardReport KeyGuard::poll(uint64_t occurrences_seen) {
   return r;
 }
 
+void KeyGuard::seed(GuardVerdict verdict, double ratio) {
+  std::lock_guard lock(mutex_);
+  if (on_trial_ || trial_ > 0 || verdict == GuardVerdict::kNone) return;
+  trial_ = 1;
+  report_ = GuardReport{};
+  report_.verdict = verdict;
+  report_.trial = 1;
+  report_.ratio = ratio;
+  if (verdict == GuardVerdict::kKeep) {
+    kept_ = RunMode::kFused;
+    backoff_ = 0;
+  } else {
+    kept_ = RunMode::kPerOp;
+    backoff_ = settings_.retry_after;
+    retry_at_ = backoff_;
+  }
+}
+
 bool KeyGuard::retry_due(uint64_t occurrences_seen) const {
   std::lock_guard lock(mutex_);
   return !on_trial_ && kept_ == RunMode::kPerOp && backoff_ > 0 && occurrences_seen >= retry_at_;

@@ -29,6 +29,9 @@ struct GuardSettings {
   // steps is judged in a dozen steps instead of hundreds, and a shape seen for the first
   // time starts with its family's verdict.
   bool share_family = true;
+  // Final verdicts are kept in the cache folder (fusion/verdict_store.h); a guard that finds
+  // its key's starts with it instead of a trial.
+  bool remember = true;
 };
 
 enum class RunMode : uint8_t { kFused = 0, kPerOp = 1 };
@@ -57,8 +60,13 @@ class KeyGuard {
   KeyGuard(uint64_t key, GuardSettings settings);
 
   bool on_trial() const;
+  uint64_t key() const { return key_; }
   // Starts a trial (the first, or a re-trial after a demotion).
   void start_trial();
+  // Starts from a verdict measured before (fusion/verdict_store.h) instead of a trial: as
+  // if the first trial had ended with it now (a demoted key's first re-trial comes after
+  // retry_after occurrences). A guard on trial or with a verdict is left alone.
+  void seed(GuardVerdict verdict, double ratio);
   // Host, at the key's cut: the index of the occurrence that just ended (its sample will
   // name it), then the mode the next occurrence runs in. Outside a trial: -1 / the kept mode.
   int64_t end_occurrence();

@@ -2,7 +2,8 @@
 
     python -m neuron_eager.cache list     # entries, newest use first: size, last use, flags
     python -m neuron_eager.cache verify   # every kernel against its checksum (exit 1: corrupt)
-    python -m neuron_eager.cache clear    # remove every entry no process is using now
+    python -m neuron_eager.cache clear    # remove every entry no process is using now, and
+                                          # the guard's kept verdicts
 
 --dir ROOT picks another cache root; --json prints the scan as JSON. Safe while other
 processes use the cache: entries they hold locked are skipped, and a process that loaded
@@ -59,12 +60,25 @@ def _verify(root: str, as_json: bool) -> int:
     return 1 if corrupt else 0
 
 
+def _clear_verdicts(root: str) -> int:
+    """Removes the guard's kept verdicts (verdicts-v1/<context>/<key>); how many."""
+    import os
+    import shutil
+
+    folder = os.path.join(root, "verdicts-v1")
+    count = sum(len(files) for _, _, files in os.walk(folder))
+    shutil.rmtree(folder, ignore_errors=True)
+    return count
+
+
 def _clear(root: str, as_json: bool) -> int:
     removed, busy, temporaries = _C.native_cache_clear(root)
+    verdicts = _clear_verdicts(root)
     if as_json:
-        print(json.dumps({"removed": removed, "busy": busy, "temporaries": temporaries}))
+        print(json.dumps({"removed": removed, "busy": busy, "temporaries": temporaries,
+                          "verdicts": verdicts}))
     else:
-        print(f"removed {removed} entries and {temporaries} stale temporaries"
+        print(f"removed {removed} entries, {temporaries} stale temporaries and {verdicts} guard verdicts"
               + (f"; {busy} in use by another process kept" if busy else ""))
     return 0
 

@@ -128,9 +128,16 @@ def test_cache_command_lists_verifies_and_clears(killed_then_reopened):
     assert p.returncode == 1, p.stdout + p.stderr
     assert f"corrupt: {kernels[0]['key']}" in p.stdout
     assert f"{len(kernels) - 1} kernels intact, 1 corrupt" in p.stdout, p.stdout
+    # The guard's kept verdicts go with the kernels.
+    planted = root / "verdicts-v1" / "00000000000000ab" / "0000000000000001"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text("kept 0.5\n")
+    verdicts = len(list((root / "verdicts-v1").glob("*/*")))
     p = cache_command(root, "clear")
     assert p.returncode == 0 and f"removed {len(s['entries'])} entries" in p.stdout, p.stdout
+    assert f"and {verdicts} guard verdicts" in p.stdout, p.stdout
     assert folder_bytes(folder) == (0, []) and list(folder.iterdir()) == []
+    assert not (root / "verdicts-v1").exists()
     # A bad bound names the variable and what is allowed.
     p = cache_command(root, "list", env={"NEURON_CACHE_MAX_BYTES": "lots"})
     assert p.returncode != 0

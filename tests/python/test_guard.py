@@ -158,3 +158,50 @@ def test_bad_guard_knobs_get_one_clear_error(key, value, tmp_path):
     with pytest.raises(ValueError, match=key):
         neuron_eager.set_policy(str(f))
     assert neuron_eager.get_policy()["guard"] in (True, False)  # the active policy is intact
+
+
+_TWO_PROCESS_SCRIPT = """
+import json, os
+import torch, neuron_eager
+neuron_eager.set_mode("adaptive")
+if os.environ.get("FORGET"):
+    neuron_eager.set_policy({"guard_remember": False})
+def chain(x):
+    return ((x * 3 - 1).sigmoid() + x).mul(0.5).tanh()
+x = torch.randn(256, 512, generator=torch.Generator().manual_seed(0))
+expected, xn = chain(x), x.to("neuron")
+for _ in range(80):
+    assert torch.equal(chain(xn).cpu(), expected)
+c = neuron_eager.counters()
+print(json.dumps({k: c.get(k, 0) for k in
+                  ("guard_trials", "guard_remembered", "guard_kept", "guard_demotions", "guard_undecided")}))
+"""
+
+
+def test_a_second_process_starts_from_the_verdicts_of_the_first(tmp_path):
+    # Verdicts are kept in the cache folder (fusion/verdict_store.h): a process sharing it
+    # starts its keys in their kept or demoted mode without a trial; guard_remember=false
+    # (a different policy, so a different folder too) tries them again.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NEURON_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("NEURON_FUSION_POLICY", None)
+
+    def run_process(**extra):
+        out = subprocess.run([sys.executable, "-c", _TWO_PROCESS_SCRIPT], env={**env, **extra},
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run_process()
+    verdicts = first["guard_kept"] + first["guard_demotions"] + first["guard_undecided"]
+    assert first["guard_trials"] >= 1 and verdicts >= 1 and first["guard_remembered"] == 0, first
+    assert list((tmp_path / "cache").glob("verdicts-v1/*/*")), "no verdict was kept"
+    second = run_process()
+    assert second["guard_remembered"] >= 1, second
+    assert second["guard_trials"] <= first["guard_trials"] - second["guard_remembered"], (first, second)
+    forgetting = run_process(FORGET="1")
+    assert forgetting["guard_remembered"] == 0 and forgetting["guard_trials"] >= 1, forgetting
