@@ -8,10 +8,11 @@
 
 namespace neuron::engine {
 
-// Seeds a new guard from a kept verdict of its key under the active policy; whether one
-// was found (counter guard_remembered).
+// Seeds a new guard from a kept demotion of its key under the active policy (it starts
+// per op, re-tried with backoff); whether one was found (counter guard_remembered).
 bool seed_from_memory(fusion::KeyGuard& guard, const fusion::GuardSettings& settings);
-// Keeps a final verdict of the guard's key (a file write; called once per trial).
+// Keeps a demotion of the guard's key, or drops a kept one when the key is kept now (a
+// file write; called once per trial).
 void remember_verdict(const fusion::KeyGuard& guard, const fusion::GuardSettings& settings,
                       const fusion::GuardReport& report);
 

@@ -29,8 +29,8 @@ struct GuardSettings {
   // steps is judged in a dozen steps instead of hundreds, and a shape seen for the first
   // time starts with its family's verdict.
   bool share_family = true;
-  // Final verdicts are kept in the cache folder (fusion/verdict_store.h); a guard that finds
-  // its key's starts with it instead of a trial.
+  // Demotions are kept in the cache folder (fusion/verdict_store.h); a guard that finds its
+  // key's starts per op instead of a trial (engine/guard_memory.cpp).
   bool remember = true;
 };
 

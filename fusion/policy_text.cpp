@@ -268,7 +268,7 @@ const std::vector<Knob>& knobs() {
        [](Policy& p, const std::string& v) { return parse_bool(v, p.guard.share_family); },
        [](const Policy& p) { return std::string(p.guard.share_family ? "true" : "false"); }},
       {"guard_remember", "true or false",
-       "guard: verdicts are kept in the cache folder (per policy and thread count) and a process that finds a key's verdict starts in its mode without a trial",
+       "guard: demotions are kept in the cache folder (per policy and thread count) and a process that finds a key's demotion starts it per op without a trial",
        [](Policy& p, const std::string& v) { return parse_bool(v, p.guard.remember); },
        [](const Policy& p) { return std::string(p.guard.remember ? "true" : "false"); }},
       guard_uint("guard_min_pairs", "integer 1..1000", 1, 1000,

@@ -54,4 +54,10 @@ bool VerdictStore::store(uint64_t guard_key, const GuardReport& report) const {
   return write_atomic(dir_ + "/" + hex64(guard_key), format({report.verdict, report.ratio}));
 }
 
+void VerdictStore::forget(uint64_t guard_key) const {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(dir_ + "/" + hex64(guard_key), ec);
+}
+
 }  // namespace neuron::fusion

@@ -28,6 +28,8 @@ class VerdictStore {
   std::optional<StoredVerdict> load(uint64_t guard_key) const;
   // Keeps a final verdict (kKeep, kDemote, kUndecidedDemote); false when it was not written.
   bool store(uint64_t guard_key, const GuardReport& report) const;
+  // Drops a key's verdict, if any.
+  void forget(uint64_t guard_key) const;
 
   // The file's text for a verdict, and back (nullopt: malformed).
   static std::string format(const StoredVerdict& v);

@@ -69,6 +69,9 @@ TEST(VerdictStore, KeepsVerdictsPerKeyAndContext) {
   // A later verdict of the same key replaces the earlier one.
   ASSERT_TRUE(a.store(42, report(GuardVerdict::kKeep, 0.9)));
   EXPECT_EQ(a.load(42)->verdict, GuardVerdict::kKeep);
+  a.forget(42);
+  EXPECT_FALSE(a.load(42).has_value());
+  a.forget(42);  // nothing to drop: no error
   // A damaged file is no verdict.
   std::ofstream(a.dir() + "/" + std::string("000000000000002b")) << "garbage";
   EXPECT_FALSE(a.load(43).has_value());
