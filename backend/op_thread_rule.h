@@ -39,7 +39,8 @@ bool trial_thread_free(const OpWork& work);
 bool run_deferred_thread_trial();
 // Counters (trace/counters.h): thread_trials_deferred (geometries queued for a trial),
 // thread_trials (geometries tried), thread_free_geometries (of which equal bits: they run
-// as free items).
+// as free items), thread_trials_given_up (left fixed: their trial gave way to queued items
+// 8 times).
 // The policy's thread_trial_sightings, thread_trial_runs and thread_trial_min_output
 // (called by set_thread_policy).
 void set_thread_trial_policy(const fusion::Policy& policy);

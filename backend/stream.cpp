@@ -137,8 +137,11 @@ bool Stream::take_batch(std::vector<std::unique_ptr<WorkItem>>& batch) {
       taken_ += batch.size();
       return true;
     }
-    if (idle_work) {
-      // Deferred work (thread-count trials) runs only while nothing is queued.
+    if (idle_work && spin >= 200 &&
+        std::chrono::steady_clock::now() - idle_since > std::chrono::microseconds(100)) {
+      // Deferred work (thread-count trials) runs only once nothing was queued for 100 us:
+      // a host dispatching a run of ops queues the next within microseconds, and a piece
+      // of deferred work gives way only between its runs.
       auto hook = g_idle_hook.load(std::memory_order_relaxed);
       idle_work = hook != nullptr && hook();
       if (idle_work) {

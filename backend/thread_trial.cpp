@@ -42,11 +42,16 @@ thread_local std::unordered_map<uint64_t, int8_t> t_verdicts;
 struct DeferredTrial {
   std::unique_ptr<OpWork> work;
   uint64_t key;
+  int gave_way = 0;  // attempts abandoned because an item was queued
 };
 thread_local std::deque<DeferredTrial> t_deferred;
 constexpr size_t kMaxDeferred = 256;
+// A geometry whose trial gave way this often (a worker never idle for long enough) stays
+// fixed: each attempt costs its random inputs at least.
+constexpr int kMaxGiveWays = 8;
 trace::Counter g_trials{"thread_trials"}, g_free{"thread_free_geometries"};  // geometries tried, found free
 trace::Counter g_deferred{"thread_trials_deferred"};  // geometries queued for a trial in idle time
+trace::Counter g_given_up{"thread_trials_given_up"};  // of which left fixed: never idle long enough
 
 bool floating(int8_t dtype) {
   switch (static_cast<c10::ScalarType>(dtype)) {
@@ -159,9 +164,14 @@ bool run_deferred_thread_trial() {
   } catch (const std::exception&) {
     free = false;  // the item itself reports its error when it runs
   }
-  if (!free.has_value()) return false;  // work arrived: the trial waits for the next idle time
-  ++g_trials;
-  if (*free) ++g_free;
+  if (!free.has_value()) {  // work arrived: the trial waits for the next idle time
+    if (++job.gave_way < kMaxGiveWays) return false;
+    free = false;
+    ++g_given_up;
+  } else {
+    ++g_trials;
+    if (*free) ++g_free;
+  }
   t_verdicts[job.key] = *free ? kFree : kFixed;
   OpWork::recycle(std::move(job.work));
   t_deferred.pop_front();

@@ -22,7 +22,7 @@ def trial_counts():
     deadline = time.monotonic() + 30
     while True:
         c = neuron_eager.counters()
-        if c["thread_trials"] >= c["thread_trials_deferred"]:
+        if c["thread_trials"] + c["thread_trials_given_up"] >= c["thread_trials_deferred"]:
             return c["thread_trials"], c["thread_free_geometries"]
         assert time.monotonic() < deadline, f"deferred trials never ran on an idle worker: {c}"
         time.sleep(0.001)
