@@ -8,8 +8,8 @@
 
 #include "engine/adaptive_guard.h"
 #include "engine/compiled_region.h"
-#include "engine/guard_memory.h"
 #include "engine/engine.h"
+#include "engine/guard_memory.h"
 #include "engine/recording.h"
 #include "engine/stream_state.h"
 #include "fusion/native.h"

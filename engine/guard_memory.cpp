@@ -11,7 +11,7 @@
 namespace neuron::engine {
 namespace {
 
-trace::Counter g_remembered{"guard_remembered"};  // guards that started from a kept verdict
+trace::Counter g_remembered{"guard_remembered"};  // guards that started from a kept demotion
 
 fusion::VerdictStore store() {
   // A verdict holds for the policy it was measured under and the worker's thread count.
